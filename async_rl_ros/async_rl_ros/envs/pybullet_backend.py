@@ -1,0 +1,122 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Simulated UR5 in PyBullet (DIRECT by default), velocity-controlled like ``speedJ``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pybullet
+
+from async_rl_ros.core.config import SimConfig
+from async_rl_ros.envs.arm import ArmState
+from async_rl_ros.envs.ur5_kinematics import EFFORT_LIMIT
+from async_rl_ros.envs.ur5_urdf import TOOL_LINK_INDEX, ur5_urdf_path
+
+__all__ = ['PyBulletUR5']
+
+_JOINTS = list(range(6))
+
+
+class PyBulletUR5:
+    """
+    A UR5 whose joint velocity motors track the commanded velocity, with gravity.
+
+    :param sim: physics settings (rate, GUI).
+    :param control_dt: control period (s); each :meth:`step` runs
+        ``round(control_dt * physics_hz)`` physics sub-steps.
+    """
+
+    def __init__(self, sim: SimConfig, control_dt: float):
+        self.substeps = max(1, int(round(control_dt * sim.physics_hz)))
+        self.physics_dt = control_dt / self.substeps
+        mode = pybullet.GUI if sim.gui else pybullet.DIRECT
+        # Plain pybullet calls with an explicit client id: a BulletClient wrapper costs a
+        # partial() per call, measurable at thousands of steps per second.
+        self.cid = pybullet.connect(mode)
+        pybullet.setGravity(0.0, 0.0, -9.81, physicsClientId=self.cid)
+        pybullet.setTimeStep(self.physics_dt, physicsClientId=self.cid)
+        self.robot = pybullet.loadURDF(ur5_urdf_path(), useFixedBase=True,
+                                       flags=pybullet.URDF_USE_INERTIA_FROM_FILE,
+                                       physicsClientId=self.cid)
+        self.forces = list(EFFORT_LIMIT)
+        self.gui = sim.gui
+        self._marker = None
+        self.time = 0.0  # s of simulated time
+
+    # ------------------------------------------------------------------ ArmBackend
+    def reset(self, q: np.ndarray) -> ArmState:
+        """Teleport the joints to ``q`` (rad) at rest."""
+        for j in _JOINTS:
+            pybullet.resetJointState(self.robot, j, float(q[j]), 0.0,
+                                     physicsClientId=self.cid)
+        self._command(np.zeros(6))
+        self.time = 0.0
+        return self.read()
+
+    def step(self, qd: np.ndarray) -> ArmState:
+        """Hold ``qd`` (rad/s) for one control period of physics."""
+        self._command(qd)
+        for _ in range(self.substeps):
+            pybullet.stepSimulation(physicsClientId=self.cid)
+        self.time += self.physics_dt * self.substeps
+        return self.read()
+
+    def read(self) -> ArmState:
+        """Read joints and flange pose."""
+        joints = pybullet.getJointStates(self.robot, _JOINTS, physicsClientId=self.cid)
+        link = pybullet.getLinkState(self.robot, TOOL_LINK_INDEX, computeForwardKinematics=True,
+                                     physicsClientId=self.cid)
+        x, y, z, w = link[5]
+        q, qd = np.array([js[:2] for js in joints]).T
+        return ArmState(q=q, qd=qd, ee_pos=np.array(link[4]), ee_quat=np.array([w, x, y, z]),
+                        stamp=self.time)
+
+    def stop(self) -> None:
+        """Command zero velocity (the motors brake within one sub-step)."""
+        self._command(np.zeros(6))
+
+    def close(self) -> None:
+        """Disconnect from the physics server."""
+        if self.cid >= 0:
+            pybullet.disconnect(physicsClientId=self.cid)
+            self.cid = -1
+
+    # ------------------------------------------------------------------ extras
+    def show_target(self, target: np.ndarray) -> None:
+        """Draw the target as a green sphere (GUI only; free in DIRECT mode)."""
+        if not self.gui:
+            return
+        if self._marker is None:
+            shape = pybullet.createVisualShape(pybullet.GEOM_SPHERE, radius=0.02,
+                                               rgbaColor=[0.1, 0.8, 0.2, 0.8],
+                                               physicsClientId=self.cid)
+            self._marker = pybullet.createMultiBody(baseVisualShapeIndex=shape,
+                                                    physicsClientId=self.cid)
+        pybullet.resetBasePositionAndOrientation(self._marker, list(target), [0, 0, 0, 1],
+                                                 physicsClientId=self.cid)
+
+    def render_rgb(self, width: int = 320, height: int = 240) -> np.ndarray:
+        """Return an RGB image (height, width, 3) from a fixed camera, CPU renderer."""
+        view = pybullet.computeViewMatrix([0.6, 0.9, 0.8], [-0.35, -0.1, 0.2], [0, 0, 1])
+        proj = pybullet.computeProjectionMatrixFOV(60.0, width / height, 0.05, 5.0)
+        img = pybullet.getCameraImage(width, height, view, proj,
+                                      renderer=pybullet.ER_TINY_RENDERER,
+                                      physicsClientId=self.cid)
+        return np.reshape(np.asarray(img[2], dtype=np.uint8), (height, width, 4))[:, :, :3]
+
+    def _command(self, qd: np.ndarray) -> None:
+        pybullet.setJointMotorControlArray(self.robot, _JOINTS, pybullet.VELOCITY_CONTROL,
+                                           targetVelocities=[float(v) for v in qd],
+                                           forces=self.forces, physicsClientId=self.cid)

@@ -1,0 +1,155 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Gymnasium environment of the UR5 reach task on any :class:`ArmBackend`.
+
+Action: normalized joint velocities in [-1, 1]^6; 1.0 means ``action_scale`` times the joint
+speed limit. Every command passes the :class:`SafetyFilter` before the backend sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
+from async_rl_ros.envs.arm import ArmBackend, ArmState
+from async_rl_ros.envs.reach_task import ACT_DIM, OBS_HIGH, OBS_LOW, ReachTask
+from async_rl_ros.envs.safety import SafetyFilter
+from async_rl_ros.envs.ur5_kinematics import fk_position
+
+__all__ = ['UR5ReachEnv', 'make_reach_env']
+
+
+class UR5ReachEnv(gym.Env):
+    """
+    Reach a target point with the UR5 flange.
+
+    :param cfg: worker configuration (task, safety and simulation sections).
+    :param backend: the arm; built from ``cfg`` when omitted.
+    :param render_mode: ``None``, ``'human'`` (PyBullet GUI) or ``'rgb_array'``.
+    """
+
+    metadata = {'render_modes': ['human', 'rgb_array'], 'render_fps': 25}
+
+    def __init__(self, cfg: EnvWorkerConfig | None = None, backend: ArmBackend | None = None,
+                 render_mode: str | None = None):
+        super().__init__()
+        cfg = cfg or EnvWorkerConfig()
+        if render_mode not in (None, *self.metadata['render_modes']):
+            raise ConfigError('render_mode', render_mode,
+                              'one of None, ' + ', '.join(self.metadata['render_modes']))
+        self.cfg = cfg
+        self.render_mode = render_mode
+        self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
+        self.task = ReachTask(cfg.task)
+        self.safety = SafetyFilter(cfg.safety, cfg.task.dt)
+        _check_home_inside(cfg, self.safety)
+        self.backend = backend if backend is not None else _make_backend(cfg, render_mode)
+        self.speed = [cfg.task.action_scale * v for v in cfg.safety.max_joint_speed]  # rad/s
+        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(ACT_DIM,), dtype=np.float32)
+        self.observation_space = gym.spaces.Box(OBS_LOW, OBS_HIGH, dtype=np.float32)
+        self.state: ArmState | None = None
+        self.target = np.zeros(3)
+        self.steps = 0
+        self._interventions_at_reset = 0
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        """
+        Bring the arm near home at rest and draw a target.
+
+        ``options`` may force the start joints (``'q'``, rad) or the target (``'target'``, m).
+        """
+        super().reset(seed=seed)
+        options = options or {}
+        self.state = self.backend.reset(options.get('q', self.task.sample_start(self.np_random)))
+        target = options.get('target')
+        self.target = (np.asarray(target, dtype=np.float64) if target is not None
+                       else self.task.sample_target(self.np_random))
+        self.safety.reset()
+        self._interventions_at_reset = self.safety.interventions
+        self.steps = 0
+        show = getattr(self.backend, 'show_target', None)
+        if show is not None:
+            show(self.target)
+        distance = self.task.distance(self.state, self.target)
+        return self.task.observation(self.state, self.target), self._info(distance, ())
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """Filter the action, hold it for one control period and score the result."""
+        if self.state is None:
+            raise RuntimeError('call reset() before step()')
+        # Scalar maths on six values: cheaper than numpy temporaries at thousands of steps/s.
+        # NaN passes through min/max here and is zeroed (and counted) by the safety filter.
+        request = [min(max(float(x), -1.0), 1.0) * s for x, s in zip(action, self.speed)]
+        command = self.safety(self.state.q, request)
+        self.state = self.backend.step(command)
+        self.steps += 1
+        distance = self.task.distance(self.state, self.target)
+        reward = self.task.reward(distance, action)
+        success = self.task.success(distance)
+        terminated = bool(success and self.cfg.task.terminate_on_success)
+        truncated = self.steps >= self.cfg.task.max_episode_steps
+        obs = self.task.observation(self.state, self.target)
+        return obs, reward, terminated, truncated, self._info(distance, self.safety.last_reasons)
+
+    def render(self) -> np.ndarray | None:
+        """Return an RGB frame in ``rgb_array`` mode; the GUI draws itself in ``human`` mode."""
+        if self.render_mode == 'rgb_array':
+            return self.backend.render_rgb()
+        return None
+
+    def close(self) -> None:
+        """Release the backend."""
+        self.backend.close()
+
+    def _info(self, distance: float, reasons: tuple[str, ...]) -> dict[str, Any]:
+        return {'distance': distance, 'is_success': self.task.success(distance),
+                'safety': reasons,
+                'interventions': self.safety.interventions - self._interventions_at_reset}
+
+
+def _check_home_inside(cfg: EnvWorkerConfig, safety: SafetyFilter) -> None:
+    """Refuse a home pose whose flange lies outside the safety box: no episode could start."""
+    p = fk_position(np.asarray(cfg.task.home_q))
+    if safety.violation(p) > 0.0:
+        raise ConfigError('task.home_q', cfg.task.home_q,
+                          f'a pose whose flange {tuple(round(x, 3) for x in p)} m lies inside '
+                          f'the safety workspace box shrunk by workspace_margin')
+
+
+def _make_backend(cfg: EnvWorkerConfig, render_mode: str | None) -> ArmBackend:
+    if cfg.backend == 'sim':
+        from async_rl_ros.envs.pybullet_backend import PyBulletUR5
+        sim = SimConfig(physics_hz=cfg.sim.physics_hz,
+                        gui=cfg.sim.gui or render_mode == 'human')
+        return PyBulletUR5(sim, cfg.task.dt)
+    raise ConfigError('backend', cfg.backend, 'sim')
+
+
+def make_reach_env(cfg: EnvWorkerConfig | None = None, render_mode: str | None = None,
+                   **flat: Any) -> UR5ReachEnv:
+    """
+    Build the reach environment; keyword arguments override dotted config keys.
+
+    Example: ``make_reach_env(**{'task.control_hz': 50.0})``.
+    """
+    cfg = cfg or EnvWorkerConfig()
+    if flat:
+        cfg = cfg.replace(**flat)
+    return UR5ReachEnv(cfg, render_mode=render_mode)

@@ -1,0 +1,100 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The reach task, independent of what moves the arm: observation, reward, success, targets.
+
+Observation (float32, 21 values, base frame):
+
+====== ================================ =======
+slice  content                          unit
+====== ================================ =======
+0:6    joint positions q                rad
+6:12   joint velocities qd              rad/s
+12:15  flange position p                m
+15:18  target position g                m
+18:21  g - p                            m
+====== ================================ =======
+
+Reward per step: ``-w_d * d + w_s * 0.5 * (1 - tanh(d / s)) - w_a * ||a||^2`` with
+``d = ||g - p||`` (m); success when ``d < success_distance``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from async_rl_ros.core.config import ReachTaskConfig
+from async_rl_ros.envs.arm import ArmState
+from async_rl_ros.envs.ur5_kinematics import JOINT_LIMIT, SPEED_LIMIT
+
+__all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_SLICES', 'ReachTask']
+
+OBS_DIM = 21
+ACT_DIM = 6
+OBS_SLICES = {'q': slice(0, 6), 'qd': slice(6, 12), 'ee_pos': slice(12, 15),
+              'target': slice(15, 18), 'to_target': slice(18, 21)}
+_Q, _QD, _POS, _DELTA = JOINT_LIMIT + 0.1, 2.0 * SPEED_LIMIT, 2.0, 4.0
+OBS_HIGH = np.array([_Q] * 6 + [_QD] * 6 + [_POS] * 6 + [_DELTA] * 3, dtype=np.float32)
+OBS_LOW = -OBS_HIGH
+
+
+class ReachTask:
+    """Target sampling, observation and reward of the reach task."""
+
+    def __init__(self, cfg: ReachTaskConfig):
+        self.cfg = cfg
+        self.target_low = np.asarray(cfg.target_low, dtype=np.float64)
+        self.target_high = np.asarray(cfg.target_high, dtype=np.float64)
+        self.home = np.asarray(cfg.home_q, dtype=np.float64)
+
+    def sample_start(self, rng: np.random.Generator) -> np.ndarray:
+        """Return the home joint positions plus uniform noise (rad)."""
+        noise = self.cfg.home_noise
+        return self.home + rng.uniform(-noise, noise, size=6) if noise > 0 else self.home.copy()
+
+    def sample_target(self, rng: np.random.Generator) -> np.ndarray:
+        """Return a target drawn uniformly from the target box (m)."""
+        return rng.uniform(self.target_low, self.target_high)
+
+    def observation(self, state: ArmState, target: np.ndarray) -> np.ndarray:
+        """Assemble the observation vector (see the module table); clipped to its bounds."""
+        obs = np.empty(OBS_DIM, dtype=np.float32)
+        obs[0:6] = state.q
+        obs[6:12] = state.qd
+        obs[12:15] = state.ee_pos
+        obs[15:18] = target
+        obs[18:21] = target - state.ee_pos
+        return np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
+
+    def distance(self, state: ArmState, target: np.ndarray) -> float:
+        """Return how far (m) the flange is from the target."""
+        d = target - state.ee_pos
+        return math.sqrt(float(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]))
+
+    def reward(self, distance: float, action: np.ndarray) -> float:
+        """Return the step reward for a distance (m) reached after ``action``."""
+        cfg = self.cfg
+        r = -cfg.distance_weight * distance
+        r += cfg.shaping_weight * 0.5 * (1.0 - math.tanh(distance / cfg.shaping_scale))
+        if cfg.action_penalty > 0.0:
+            a = np.nan_to_num(np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0))
+            r -= cfg.action_penalty * float(np.dot(a, a))
+        return r
+
+    def success(self, distance: float) -> bool:
+        """Return whether the target counts as reached."""
+        return distance < self.cfg.success_distance

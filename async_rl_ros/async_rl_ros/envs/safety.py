@@ -1,0 +1,217 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The one safety filter every joint-velocity command passes before it reaches a robot.
+
+Order of the checks (each may only shrink what the previous ones let through):
+
+1. non-finite values become 0;
+2. speed: ``|qd_i| <= max_joint_speed_i``;
+3. acceleration: ``|qd_i - qd_prev_i| <= max_joint_accel * dt``;
+4. joint limits with braking: a joint moving towards its (margin-shrunk) limit is capped at the
+   largest speed from which it can still stop in time with ``max_joint_accel``:
+   ``v * dt + v**2 / (2 a) <= distance``. The cap shrinks by at most ``a * dt`` per step, so it
+   never asks for more deceleration than step 3 allows;
+5. workspace: the whole stopping path -- one period at the command, then a uniform
+   deceleration at ``max_joint_accel`` -- must keep the flange inside the margin-shrunk box.
+   Otherwise the command is blended towards the pure braking command (the previous command
+   slowed by ``a * dt``, whose stopping path was already verified one step earlier) by
+   bisection, which stops the arm at the box boundary rather than letting it leave.
+
+When the flange is already outside the box (a bad start state), any command whose path does
+not increase the violation is allowed, so the arm can move back in.
+
+Every intervention is counted by reason in :attr:`SafetyFilter.counts`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+import math
+
+import numpy as np
+
+from async_rl_ros.core.config import SafetyConfig
+from async_rl_ros.envs.ur5_kinematics import DH_A, DH_D, fk_position
+
+__all__ = ['SafetyFilter', 'REASONS']
+
+REASONS = ('non_finite', 'speed', 'accel', 'joint_limit', 'workspace')
+#: Upper bound (m) of the distance from joint i's axis to the flange, so that moving joint i
+#: by dq (rad) moves the flange by at most _RADIUS[i] * |dq|. Sums of the DH lengths after
+#: joint i, leaving out those parallel to its axis (d1 for joint 1, d4 for joints 2-4 whose
+#: axes are parallel, d5 for joint 5, d6 for joint 6). A test checks the bound numerically.
+_RADIUS = (-DH_A[1] - DH_A[2] + DH_D[3] + DH_D[4] + DH_D[5],
+           -DH_A[1] - DH_A[2] + DH_D[4] + DH_D[5],
+           -DH_A[2] + DH_D[4] + DH_D[5],
+           DH_D[4] + DH_D[5],
+           DH_D[5],
+           0.0)
+_RESOLUTION = 1e-3  # m: path segments shorter than this are judged by their end points
+_MAX_FK = 24        # kinematics evaluations one path check may spend before it gives up
+
+
+class SafetyFilter:
+    """
+    Stateful joint-velocity filter (rad/s in, rad/s out) for one arm.
+
+    Written with scalar maths over the six joints: it runs at every control step of every
+    worker, where numpy's per-call overhead on 6-element arrays would cost more than the maths.
+
+    :param cfg: limits.
+    :param dt: control period (s): how long each command is held.
+    """
+
+    def __init__(self, cfg: SafetyConfig, dt: float):
+        self.cfg = cfg
+        self.dt = float(dt)
+        self.accel = float(cfg.max_joint_accel)
+        self.vmax = [float(v) for v in cfg.max_joint_speed]
+        self.q_low = [lo + cfg.joint_margin for lo in cfg.joint_lower]
+        self.q_high = [hi - cfg.joint_margin for hi in cfg.joint_upper]
+        m = cfg.workspace_margin
+        self.box_low = tuple(lo + m for lo in cfg.workspace_low)
+        self.box_high = tuple(hi - m for hi in cfg.workspace_high)
+        self.prev = [0.0] * 6
+        self.counts: Counter[str] = Counter()
+        self.last_reasons: tuple[str, ...] = ()
+
+    def reset(self, qd: np.ndarray | None = None) -> None:
+        """Forget the previous command (the arm is at rest, or moving at ``qd`` rad/s)."""
+        self.prev = [0.0] * 6 if qd is None else [float(v) for v in qd]
+        self.last_reasons = ()
+
+    @property
+    def interventions(self) -> int:
+        """Total number of interventions since construction."""
+        return sum(self.counts.values())
+
+    # ------------------------------------------------------------------ geometry
+    def violation(self, p: tuple[float, float, float]) -> float:
+        """Return how far (m) the point ``p`` lies outside the shrunk box (0 inside)."""
+        worst = 0.0
+        for x, lo, hi in zip(p, self.box_low, self.box_high):
+            worst = max(worst, lo - x, x - hi)
+        return worst
+
+    def _clearance(self, p: tuple[float, float, float], slack: float) -> float:
+        """Return the distance (m) from ``p`` to the faces of the box grown by ``slack``."""
+        (x, y, z), lo, hi = p, self.box_low, self.box_high
+        return min(x - lo[0], hi[0] - x, y - lo[1], hi[1] - y, z - lo[2], hi[2] - z) + slack
+
+    def stop_path(self, v: list[float]) -> list[float]:
+        """Return the joint displacement (rad) of one period at ``v`` then braking at ``a``."""
+        peak = max(abs(x) for x in v)
+        scale = self.dt + peak / (2.0 * self.accel)
+        return [x * scale for x in v]
+
+    def _path_ok(self, q: list[float], v: list[float], clear_now: float, slack: float) -> bool:
+        """
+        Check that the flange stays in the box (grown by ``slack``) along the stopping path.
+
+        Sound without dense sampling: moving joint i by ``dq_i`` moves the flange by at most
+        ``_RADIUS[i] * |dq_i|``, so on a segment of the joint-space path whose end points have
+        clearances ``c_a`` and ``c_b`` no point can leave the box if ``c_a + c_b`` exceeds the
+        segment's bound. Segments that fail the test are halved; a path that needs more than
+        ``_MAX_FK`` evaluations is treated as unsafe (the caller then brakes).
+        """
+        delta = self.stop_path(v)
+        bound = sum(r * abs(d) for r, d in zip(_RADIUS, delta))
+        if clear_now >= bound:
+            return True  # even the worst case cannot reach a face
+        clear_end = self._clearance(fk_position([a + d for a, d in zip(q, delta)]), slack)
+        if clear_end < 0.0:
+            return False
+        stack = [(0.0, clear_now, 1.0, clear_end)]
+        evaluations = 1
+        while stack:
+            t0, ca, t1, cb = stack.pop()
+            length = bound * (t1 - t0)
+            if ca + cb >= length or length < _RESOLUTION:
+                continue
+            evaluations += 1
+            if evaluations > _MAX_FK:
+                return False
+            tm = 0.5 * (t0 + t1)
+            cm = self._clearance(fk_position([a + d * tm for a, d in zip(q, delta)]), slack)
+            if cm < 0.0:
+                return False
+            stack.append((t0, ca, tm, cm))
+            stack.append((tm, cm, t1, cb))
+        return True
+
+    # ------------------------------------------------------------------ filter
+    def __call__(self, q: np.ndarray, qd_cmd: np.ndarray) -> np.ndarray:
+        """
+        Filter a joint-velocity command.
+
+        :param q: measured joint positions (rad).
+        :param qd_cmd: requested joint velocities (rad/s).
+        :returns: the velocities that are safe to hold for one period (rad/s).
+        """
+        q = [float(x) for x in q]
+        a, dt = self.accel, self.dt
+        step = a * dt
+        flags = [False] * 4  # non_finite, speed, accel, joint_limit
+        v = [0.0] * 6
+        caps = []
+        for i in range(6):
+            vi = float(qd_cmd[i])
+            if not math.isfinite(vi):
+                vi, flags[0] = 0.0, True
+            vm = self.vmax[i]
+            if vi > vm or vi < -vm:
+                vi, flags[1] = (vm if vi > 0.0 else -vm), True
+            p = self.prev[i]
+            if vi > p + step or vi < p - step:
+                vi, flags[2] = (p + step if vi > p else p - step), True
+            # Braking caps towards each joint limit (rad/s); a joint past its soft limit gets 0.
+            up = a * (math.sqrt(dt * dt + 2.0 * max(self.q_high[i] - q[i], 0.0) / a) - dt)
+            down = a * (math.sqrt(dt * dt + 2.0 * max(q[i] - self.q_low[i], 0.0) / a) - dt)
+            if vi > up or vi < -down:
+                vi, flags[3] = (up if vi > up else -down), True
+            v[i] = vi
+            caps.append((down, up))
+        reasons = [name for name, hit in zip(REASONS, flags) if hit]
+
+        # Outside the box already (bad start state)? Then allow what does not make it worse.
+        p_now = fk_position(q)
+        slack = self.violation(p_now)
+        clear_now = self._clearance(p_now, slack)
+        if not self._path_ok(q, v, clear_now, slack):
+            reasons.append('workspace')
+            v = self._blend_to_brake(q, v, clear_now, slack, caps)
+
+        self.prev = v
+        self.last_reasons = tuple(reasons)
+        if reasons:
+            self.counts.update(reasons)
+        return np.array(v)
+
+    def _blend_to_brake(self, q, v, clear_now, slack, caps) -> list[float]:
+        """Return the command closest to ``v`` on the segment to the braking command."""
+        peak = max(abs(x) for x in self.prev)
+        shrink = max(0.0, 1.0 - self.accel * self.dt / peak) if peak > 0.0 else 0.0
+        brake = [min(max(p * shrink, -down), up) for p, (down, up) in zip(self.prev, caps)]
+        if not self._path_ok(q, brake, clear_now, slack):
+            return brake  # already in trouble (e.g. tracking error): decelerate at the limit
+        lo, hi = 0.0, 1.0
+        for _ in range(8):  # 1/256 of the way: finer than any controller resolves
+            mid = 0.5 * (lo + hi)
+            if self._path_ok(q, [b + mid * (x - b) for b, x in zip(brake, v)], clear_now, slack):
+                lo = mid
+            else:
+                hi = mid
+        return [b + lo * (x - b) for b, x in zip(brake, v)]

@@ -1,0 +1,108 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Analytic forward kinematics of the UR5 from Universal Robots' published DH parameters.
+
+Frames follow the standard (distal) Denavit-Hartenberg convention used by UR: frame 0 is the
+controller's ``base`` frame (the one ``getActualTCPPose`` reports in) and frame 6 is the tool
+flange (``tool0``). Lengths in metres, angles in radians.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import numpy as np
+
+__all__ = ['DH_D', 'DH_A', 'DH_ALPHA', 'JOINT_LIMIT', 'SPEED_LIMIT', 'EFFORT_LIMIT',
+           'LINK_MASS', 'REACH_BOUND', 'fk', 'fk_position', 'position_jacobian']
+
+DH_D = (0.089159, 0.0, 0.0, 0.10915, 0.09465, 0.0823)            # m
+DH_A = (0.0, -0.425, -0.39225, 0.0, 0.0, 0.0)                    # m
+DH_ALPHA = (math.pi / 2, 0.0, 0.0, math.pi / 2, -math.pi / 2, 0.0)  # rad
+JOINT_LIMIT = 2 * math.pi                                        # rad, symmetric
+SPEED_LIMIT = 3.14                                               # rad/s, every joint
+EFFORT_LIMIT = (150.0, 150.0, 150.0, 28.0, 28.0, 28.0)           # N m
+LINK_MASS = (3.7, 8.393, 2.275, 1.219, 1.219, 0.1879)            # kg, links 1..6
+
+#: Upper bound of the distance from any joint axis to the flange (m). A joint-space step
+#: ``dq`` moves the flange by at most ``REACH_BOUND * sum(|dq|)``: a cheap Lipschitz bound.
+REACH_BOUND = sum(abs(a) for a in DH_A) + sum(DH_D[1:])
+
+_CA = tuple(math.cos(a) for a in DH_ALPHA)
+_SA = tuple(math.sin(a) for a in DH_ALPHA)
+
+
+def _link(i: int, theta: float) -> np.ndarray:
+    """Return the DH transform of link ``i`` (0-based) at joint angle ``theta`` (rad)."""
+    ct, st = math.cos(theta), math.sin(theta)
+    return np.array([[ct, -st * _CA[i], st * _SA[i], DH_A[i] * ct],
+                     [st, ct * _CA[i], -ct * _SA[i], DH_A[i] * st],
+                     [0.0, _SA[i], _CA[i], DH_D[i]],
+                     [0.0, 0.0, 0.0, 1.0]])
+
+
+def fk(q: np.ndarray) -> np.ndarray:
+    """
+    Return the 4x4 pose of the flange in the base frame for joint positions ``q`` (rad).
+
+    :param q: six joint positions (rad).
+    :returns: homogeneous transform base -> tool0 (translation in m).
+    """
+    t = np.eye(4)
+    for i in range(6):
+        t = t @ _link(i, q[i])
+    return t
+
+
+def fk_position(q: typing.Sequence[float]) -> tuple[float, float, float]:
+    """
+    Return only the flange position (m), in closed form.
+
+    This runs several times per control step inside the safety filter, so instead of
+    composing six transforms it evaluates the product expanded for UR's DH table
+    (alpha = pi/2, 0, 0, pi/2, -pi/2, 0 and d2 = d3 = 0; joint 6 does not move the flange).
+    :func:`fk` is the reference; a test keeps the two equal.
+    """
+    d1, _, _, d4, d5, d6 = DH_D
+    a2, a3 = DH_A[1], DH_A[2]
+    s1, c1 = math.sin(q[0]), math.cos(q[0])
+    q23 = q[1] + q[2]
+    q234 = q23 + q[3]
+    s234, c234 = math.sin(q234), math.cos(q234)
+    s5, c5 = math.sin(q[4]), math.cos(q[4])
+    # In-plane reach of the arm, and the offset perpendicular to that plane.
+    reach = a2 * math.cos(q[1]) + a3 * math.cos(q23) + d5 * s234 - d6 * s5 * c234
+    offset = d4 + d6 * c5
+    return (c1 * reach + s1 * offset,
+            s1 * reach - c1 * offset,
+            d1 + a2 * math.sin(q[1]) + a3 * math.sin(q23) - d5 * c234 - d6 * s5 * s234)
+
+
+def position_jacobian(q: np.ndarray) -> np.ndarray:
+    """
+    Return the 3x6 Jacobian of the flange position with respect to the joints (m/rad).
+
+    Column i is ``z_{i-1} x (p - o_{i-1})`` for the revolute joint i.
+    """
+    t = np.eye(4)
+    origins, axes = [], []
+    for i in range(6):
+        origins.append(t[:3, 3].copy())
+        axes.append(t[:3, 2].copy())
+        t = t @ _link(i, q[i])
+    p = t[:3, 3]
+    return np.stack([np.cross(z, p - o) for z, o in zip(axes, origins)], axis=1)

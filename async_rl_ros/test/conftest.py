@@ -1,0 +1,40 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Shared test helpers."""
+
+import importlib
+import os
+import sys
+
+import pytest
+
+# The test directory is not a package (colcon runs pytest from the package root):
+# make ``from conftest import ...`` work from every test module.
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def require_linter(module: str):
+    """
+    Import an ament linter module or skip the test.
+
+    CI sets ``ASYNC_RL_REQUIRE_LINTERS=1``: a missing linter then fails instead of skipping,
+    so a broken install can never turn the lint checks silently off.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if os.environ.get('ASYNC_RL_REQUIRE_LINTERS') == '1':
+            raise
+        pytest.skip(f'{module} is not installed ({exc}); see the README for the linters')
