@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 _WILDCARD = '/**'
+_TWO_PI = 6.2832  # rad, 2 pi rounded up: UR joints turn +-360 deg
 
 
 class ConfigError(ValueError):
@@ -268,7 +269,7 @@ class ReachTaskConfig(Section):
     home_q: list[float] = option(
         [0.0, -1.5708, 1.5708, -1.5708, -1.5708, 0.0],
         'Joint positions the arm returns to on reset.', unit='rad',
-        low=-2 * math.pi, high=2 * math.pi, length=6)
+        low=-_TWO_PI, high=_TWO_PI, length=6)
     home_noise: float = option(0.05, 'Uniform noise added to each home joint position on reset.',
                                unit='rad', low=0.0, high=0.5)
     target_low: list[float] = option([-0.60, -0.30, 0.10],
@@ -309,9 +310,9 @@ class SafetyConfig(Section):
     """Limits every command passes before it reaches a robot, simulated or real."""
 
     joint_lower: list[float] = option([-2 * math.pi] * 6, 'Hard lower joint position limits.',
-                                      unit='rad', low=-2 * math.pi, high=2 * math.pi, length=6)
+                                      unit='rad', low=-_TWO_PI, high=_TWO_PI, length=6)
     joint_upper: list[float] = option([2 * math.pi] * 6, 'Hard upper joint position limits.',
-                                      unit='rad', low=-2 * math.pi, high=2 * math.pi, length=6)
+                                      unit='rad', low=-_TWO_PI, high=_TWO_PI, length=6)
     joint_margin: float = option(0.05, 'Distance kept from each joint limit.', unit='rad',
                                  low=0.0, high=1.0)
     max_joint_speed: list[float] = option([3.14] * 6, 'Joint speed limits.', unit='rad/s',

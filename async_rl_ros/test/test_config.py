@@ -1,0 +1,145 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Configuration: dataclass validation, the ros__parameters loader and the CLI's errors."""
+
+import pathlib
+import subprocess
+import sys
+
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, load_node_config,
+                                      load_yaml_parameters, SafetyConfig)
+from async_rl_ros.local.cli import default_config_path, parse_overrides
+import numpy as np
+import pytest
+
+SHIPPED = pathlib.Path(__file__).resolve().parents[1] / 'config'
+
+
+def write(tmp_path, text: str) -> pathlib.Path:
+    path = tmp_path / 'params.yaml'
+    path.write_text(text, encoding='utf-8')
+    return path
+
+
+def test_defaults_validate_and_every_option_is_documented():
+    EnvWorkerConfig().validate()
+    names = []
+    for name, _, info, _ in EnvWorkerConfig.options():
+        names.append(name)
+        assert info.doc.endswith('.') and len(info.doc) > 15, name
+    assert 'task.control_hz' in names and 'safety.max_joint_accel' in names
+
+
+def test_shipped_files_load_and_match_the_dataclass_defaults():
+    files = sorted(SHIPPED.glob('*.yaml'))
+    assert files
+    for path in files:
+        for node in load_yaml_parameters(path):
+            if node == 'env_worker':
+                loaded = load_node_config(path, node, EnvWorkerConfig).to_flat()
+                defaults = EnvWorkerConfig().to_flat()
+                assert loaded.keys() == defaults.keys()
+                for key, value in defaults.items():
+                    if isinstance(value, (str, bool)):
+                        assert loaded[key] == value, key
+                    else:  # the file writes 2 pi as 6.2832
+                        np.testing.assert_allclose(loaded[key], value, atol=1e-4, err_msg=key)
+    assert default_config_path() == SHIPPED / 'train.yaml'
+
+
+def test_nested_and_dotted_keys_and_wildcard(tmp_path):
+    path = write(tmp_path, """
+/**:
+  ros__parameters:
+    seed: 7
+    unrelated_to_this_node: 1
+env_worker:
+  ros__parameters:
+    task:
+      control_hz: 50
+    task.episode_seconds: 2.0
+""")
+    cfg = load_node_config(path, 'env_worker', EnvWorkerConfig)
+    assert cfg.seed == 7
+    assert cfg.task.control_hz == 50.0 and isinstance(cfg.task.control_hz, float)
+    assert cfg.task.episode_seconds == 2.0 and cfg.task.max_episode_steps == 100
+
+
+@pytest.mark.parametrize('text, key, allowed', [
+    ('task: {control_hz: 0.0}', 'env_worker.task.control_hz', '>= 1'),
+    ('task: {control_hz: fast}', 'env_worker.task.control_hz', 'a number'),
+    ('task: {contrl_hz: 25}', 'env_worker.task.contrl_hz', "did you mean 'env_worker.task"),
+    ('safety: {max_joint_speed: [1, 2, 3]}', 'env_worker.safety.max_joint_speed',
+     'exactly 6 numbers'),
+    ('safety: {max_joint_speed: [1, 1, 1, 1, 1, 9]}', 'env_worker.safety.max_joint_speed',
+     '<= 3.15'),
+    ('backend: gazebo', 'env_worker.backend', "one of 'sim'"),
+    ('task: {terminate_on_success: 1}', 'env_worker.task.terminate_on_success',
+     'true or false'),
+    ('seed: 1.5', 'env_worker.seed', 'an integer'),
+    ('task: {target_low: [-0.3, 0, 0.1], target_high: [-0.6, 0.1, 0.4]}',
+     'env_worker.task.target_low[x]', '< env_worker.task.target_high[x]'),
+    ('task: {target_high: [-0.1, 0.1, 0.4]}', 'env_worker.task.target_high[x]',
+     '<= safety.workspace_high'),
+])
+def test_bad_values_name_the_key_and_what_is_allowed(tmp_path, text, key, allowed):
+    path = write(tmp_path, 'env_worker:\n  ros__parameters:\n    '
+                 + text.replace('\n', '\n    ') + '\n')
+    with pytest.raises(ConfigError) as info:
+        load_node_config(path, 'env_worker', EnvWorkerConfig)
+    assert info.value.key == key
+    assert allowed in str(info.value)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize('text', ['[1, 2]', 'env_worker: 3',
+                                  'env_worker: {parameters: {seed: 1}}', 'a: [b'])
+def test_malformed_files_are_refused(tmp_path, text):
+    with pytest.raises(ConfigError):
+        load_node_config(write(tmp_path, text), 'env_worker', EnvWorkerConfig)
+
+
+def test_replace_validates():
+    with pytest.raises(ConfigError, match='joint_margin'):
+        SafetyConfig().replace(joint_margin=-1.0)
+    assert SafetyConfig().replace(joint_margin=0.1).joint_margin == 0.1
+
+
+def test_command_line_overrides_are_yaml_values():
+    assert parse_overrides(['task.control_hz=50', 'sim.gui=true', 'x=[1, 2]']) == {
+        'task.control_hz': 50, 'sim.gui': True, 'x': [1, 2]}
+    with pytest.raises(ConfigError, match='--set'):
+        parse_overrides(['novalue'])
+
+
+@pytest.mark.parametrize('args, needle', [
+    (['--set', 'task.control_hz=-3'], 'env_worker.task.control_hz = -3'),
+    (['--set', 'safety.workspace_margin=big'], 'a number'),
+    (['--config', '/nonexistent/params.yaml'], 'No such file'),
+    (['--episodes', '0'], '--episodes'),
+])
+def test_cli_config_errors_exit_2_without_traceback(args, needle):
+    result = subprocess.run([sys.executable, '-m', 'async_rl_ros.local.cli', *args],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert 'Traceback' not in result.stderr and 'Traceback' not in result.stdout
+
+
+def test_cli_runs_the_scripted_policy():
+    result = subprocess.run([sys.executable, '-m', 'async_rl_ros.local.cli', '--episodes', '3'],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert 'success rate          100.0 %' in result.stdout

@@ -1,0 +1,105 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""UR5 kinematics: analytic DH model, the generated URDF in PyBullet, and helpers."""
+
+import math
+
+from async_rl_ros.envs.arm import rotvec_to_quat
+from async_rl_ros.envs.safety import _RADIUS
+from async_rl_ros.envs.ur5_kinematics import fk, fk_position, position_jacobian
+from async_rl_ros.envs.ur5_urdf import TOOL_LINK_INDEX, ur5_urdf_path
+import numpy as np
+import pybullet
+import pytest
+import transforms3d
+
+
+@pytest.fixture(scope='module')
+def bullet():
+    cid = pybullet.connect(pybullet.DIRECT)
+    robot = pybullet.loadURDF(ur5_urdf_path(), useFixedBase=True, physicsClientId=cid)
+    yield cid, robot
+    pybullet.disconnect(cid)
+
+
+def test_published_dh_parameters():
+    """The home pose of the published UR5 DH table puts the flange where UR documents it."""
+    pose = fk([0.0, -math.pi / 2, 0.0, -math.pi / 2, 0.0, 0.0])
+    # Arm straight up: z = d1 + |a2| + |a3| + d5, x = 0, y = -(d4 + d6).
+    np.testing.assert_allclose(pose[:3, 3], [0.0, -(0.10915 + 0.0823),
+                                             0.089159 + 0.425 + 0.39225 + 0.09465], atol=1e-9)
+
+
+def test_pybullet_matches_dh_on_200_random_configurations(bullet):
+    cid, robot = bullet
+    assert pybullet.getJointInfo(robot, TOOL_LINK_INDEX, physicsClientId=cid)[12] == b'tool0'
+    rng = np.random.default_rng(2026)
+    worst_pos, worst_rot = 0.0, 0.0
+    for _ in range(200):
+        q = rng.uniform(-2 * math.pi, 2 * math.pi, size=6)
+        for j in range(6):
+            pybullet.resetJointState(robot, j, q[j], physicsClientId=cid)
+        link = pybullet.getLinkState(robot, TOOL_LINK_INDEX, computeForwardKinematics=True,
+                                     physicsClientId=cid)
+        x, y, z, w = link[5]
+        rot_bullet = transforms3d.quaternions.quat2mat([w, x, y, z])
+        expected = fk(q)
+        worst_pos = max(worst_pos, float(np.max(np.abs(np.array(link[4]) - expected[:3, 3]))))
+        relative = rot_bullet.T @ expected[:3, :3]
+        angle = math.acos(min(1.0, max(-1.0, (np.trace(relative) - 1.0) / 2.0)))
+        worst_rot = max(worst_rot, angle)
+    assert worst_pos < 1e-4  # m
+    assert worst_rot < 1e-3  # rad
+
+
+def test_closed_form_position_matches_transform_chain():
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        q = rng.uniform(-7.0, 7.0, size=6)
+        np.testing.assert_allclose(fk_position(q), fk(q)[:3, 3], atol=1e-12)
+
+
+def test_position_jacobian_matches_finite_differences():
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        q = rng.uniform(-3.0, 3.0, size=6)
+        eps = 1e-6
+        numeric = np.stack([(np.array(fk_position(q + eps * e)) -
+                             np.array(fk_position(q - eps * e))) / (2 * eps)
+                            for e in np.eye(6)], axis=1)
+        np.testing.assert_allclose(position_jacobian(q), numeric, atol=1e-7)
+
+
+def test_joint_radius_bound_holds():
+    """The per-joint Lipschitz bound the safety filter relies on is never exceeded."""
+    rng = np.random.default_rng(3)
+    for _ in range(5000):
+        q = rng.uniform(-7.0, 7.0, size=6)
+        dq = rng.normal(0.0, 0.05, size=6) * (rng.uniform(size=6) < 0.5)
+        moved = np.linalg.norm(np.subtract(fk_position(q + dq), fk_position(q)))
+        assert moved <= float(np.dot(_RADIUS, np.abs(dq))) + 1e-12
+
+
+def test_rotation_vector_to_quaternion():
+    rng = np.random.default_rng(4)
+    np.testing.assert_allclose(rotvec_to_quat(np.zeros(3)), [1.0, 0.0, 0.0, 0.0])
+    for _ in range(100):
+        axis = rng.normal(size=3)
+        axis /= np.linalg.norm(axis)
+        angle = rng.uniform(0.0, math.pi)
+        quat = rotvec_to_quat(axis * angle)
+        assert abs(np.linalg.norm(quat) - 1.0) < 1e-12
+        np.testing.assert_allclose(transforms3d.quaternions.quat2mat(quat),
+                                   transforms3d.axangles.axangle2mat(axis, angle), atol=1e-12)

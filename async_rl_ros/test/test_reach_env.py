@@ -1,0 +1,154 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The reach environment: gymnasium contract, observation, reward, seeding."""
+
+import math
+
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
+from async_rl_ros.envs.reach_task import OBS_DIM, OBS_SLICES
+from async_rl_ros.envs.scripted import ScriptedReachPolicy
+from async_rl_ros.envs.ur5_kinematics import fk_position
+from gymnasium.utils.env_checker import check_env
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope='module')
+def env():
+    e = make_reach_env()
+    yield e
+    e.close()
+
+
+def test_gymnasium_check_env_passes(env):
+    check_env(env, skip_render_check=True)
+
+
+def test_observation_layout_and_units(env):
+    obs, info = env.reset(seed=3)
+    assert obs.shape == (OBS_DIM,) and obs.dtype == np.float32
+    state = env.state
+    np.testing.assert_allclose(obs[OBS_SLICES['q']], state.q, atol=1e-6)
+    np.testing.assert_allclose(obs[OBS_SLICES['qd']], 0.0, atol=1e-6)  # at rest after reset
+    np.testing.assert_allclose(obs[OBS_SLICES['ee_pos']], fk_position(state.q), atol=1e-5)
+    np.testing.assert_allclose(obs[OBS_SLICES['target']], env.target, atol=1e-6)
+    np.testing.assert_allclose(obs[OBS_SLICES['to_target']], env.target - state.ee_pos,
+                               atol=1e-6)
+    low, high = env.cfg.task.target_low, env.cfg.task.target_high
+    assert np.all(env.target >= low) and np.all(env.target <= high)
+    assert info['distance'] == pytest.approx(np.linalg.norm(env.target - state.ee_pos))
+
+
+def test_reward_is_negative_distance_plus_tanh_shaping(env):
+    env.reset(seed=4)
+    _, reward, _, _, info = env.step(np.zeros(6, dtype=np.float32))
+    d = info['distance']
+    assert reward == pytest.approx(-d + 0.5 * (1.0 - math.tanh(d / 0.1)))
+    weighted = make_reach_env(**{'task.distance_weight': 2.0, 'task.shaping_weight': 0.5,
+                                 'task.shaping_scale': 0.2, 'task.action_penalty': 0.1})
+    weighted.reset(seed=4)
+    action = np.full(6, 0.5, dtype=np.float32)
+    _, reward, _, _, info = weighted.step(action)
+    d = info['distance']
+    assert reward == pytest.approx(-2.0 * d + 0.25 * (1.0 - math.tanh(d / 0.2)) - 0.1 * 1.5)
+    weighted.close()
+
+
+def test_episode_length_follows_time_limit_and_rate(env):
+    env.reset(seed=5)
+    steps, truncated = 0, False
+    while not truncated:
+        _, _, terminated, truncated, _ = env.step(np.zeros(6))
+        assert not terminated
+        steps += 1
+    assert steps == 100  # 4 s at 25 Hz
+    fast = make_reach_env(**{'task.control_hz': 50.0, 'task.episode_seconds': 1.0})
+    assert fast.backend.substeps == 10  # 500 Hz physics / 50 Hz control
+    fast.reset(seed=0)
+    assert sum(1 for _ in iter(lambda: fast.step(np.zeros(6))[3], True)) + 1 == 50
+    fast.close()
+
+
+def test_action_scales_to_fraction_of_speed_limit(env):
+    env.reset(seed=6)
+    target = np.array([0.25, 0.0, 0.0, 0.0, 0.0, 0.0])
+    for _ in range(10):  # the acceleration limit needs a few periods to reach it
+        env.step(target)
+    # 0.25 * action_scale 0.5 * 3.14 rad/s, as tracked by the joint motor.
+    assert env.state.qd[0] == pytest.approx(0.25 * 0.5 * 3.14, abs=1e-3)
+
+
+def test_same_seed_same_trajectory():
+    a, b = make_reach_env(), make_reach_env()
+    actions = np.random.default_rng(0).uniform(-1, 1, size=(150, 6)).astype(np.float32)
+
+    def rollout(env, seed):
+        obs, _ = env.reset(seed=seed)
+        trace = [obs]
+        for act in actions:
+            obs, reward, terminated, truncated, _ = env.step(act)
+            trace.append(np.append(obs, reward))
+            if terminated or truncated:
+                trace.append(env.reset()[0])
+        return np.concatenate(trace)
+
+    first = rollout(a, 11)
+    np.testing.assert_array_equal(first, rollout(b, 11))
+    np.testing.assert_array_equal(first, rollout(a, 11))  # same env, after other episodes
+    assert not np.array_equal(first, rollout(b, 12))
+    a.close()
+    b.close()
+
+
+def test_scripted_controller_reaches_every_target(env):
+    policy = ScriptedReachPolicy(np.asarray(env.speed))
+    for seed in range(5):
+        obs, _ = env.reset(seed=100 + seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(policy(obs))
+            done = terminated or truncated
+        assert info['is_success'], info
+
+
+def test_terminate_on_success_ends_the_episode():
+    env = make_reach_env(**{'task.terminate_on_success': True})
+    policy = ScriptedReachPolicy(np.asarray(env.speed))
+    obs, _ = env.reset(seed=1)
+    for step in range(100):
+        obs, _, terminated, truncated, info = env.step(policy(obs))
+        if terminated:
+            break
+    assert terminated and info['is_success'] and step < 99
+    env.close()
+
+
+def test_forced_target_and_rgb_render():
+    env = make_reach_env(render_mode='rgb_array')
+    env.reset(seed=0, options={'target': [-0.4, -0.1, 0.3]})
+    np.testing.assert_allclose(env.target, [-0.4, -0.1, 0.3])
+    frame = env.render()
+    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8 and frame.std() > 0
+    env.close()
+
+
+def test_bad_settings_are_refused_with_the_key():
+    with pytest.raises(ConfigError, match='render_mode'):
+        UR5ReachEnv(render_mode='vr')
+    home_outside = EnvWorkerConfig().replace(**{'task.home_q': [0.0, -1.5708, 0.0, -1.5708,
+                                                                0.0, 0.0]})
+    with pytest.raises(ConfigError, match='task.home_q'):
+        UR5ReachEnv(home_outside)
