@@ -19,7 +19,8 @@ import subprocess
 import sys
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, load_node_config,
-                                      load_yaml_parameters, SafetyConfig)
+                                      load_yaml_parameters, NODE_SECTIONS, parameters_markdown,
+                                      SafetyConfig)
 from async_rl_ros.local.cli import default_config_path, parse_overrides
 import numpy as np
 import pytest
@@ -57,6 +58,12 @@ def test_shipped_files_load_and_match_the_dataclass_defaults():
                     else:  # the file writes 2 pi as 6.2832
                         np.testing.assert_allclose(loaded[key], value, atol=1e-4, err_msg=key)
     assert default_config_path() == SHIPPED / 'train.yaml'
+
+
+def test_parameter_reference_is_up_to_date():
+    doc = SHIPPED.parents[1] / 'docs' / 'parameters.md'
+    assert doc.read_text(encoding='utf-8') == parameters_markdown(NODE_SECTIONS), \
+        'regenerate it: python -m async_rl_ros.core.config > docs/parameters.md'
 
 
 def test_nested_and_dotted_keys_and_wildcard(tmp_path):

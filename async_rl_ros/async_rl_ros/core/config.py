@@ -50,6 +50,7 @@ __all__ = [
     'EnvWorkerConfig',
     'load_yaml_parameters',
     'load_node_config',
+    'parameters_markdown',
 ]
 
 _WILDCARD = '/**'
@@ -87,12 +88,16 @@ class OptionInfo:
         if self.choices is not None:
             parts.append('one of ' + ', '.join(repr(c) for c in self.choices))
         if self.low is not None:
-            parts.append(('> ' if self.low_open else '>= ') + f'{self.low:g}')
+            parts.append(('> ' if self.low_open else '>= ') + _number(self.low))
         if self.high is not None:
-            parts.append(f'<= {self.high:g}')
+            parts.append('<= ' + _number(self.high))
         if self.length is not None:
             parts.append(f'exactly {self.length} numbers')
         return ' and '.join(parts) if parts else 'any value of the declared type'
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f'{x:g}'
 
 
 def option(default: Any, doc: str, *, unit: str = '', low: float | None = None,
@@ -441,3 +446,30 @@ def load_node_config(path: str | Path | None, node: str, cls: type[Section],
     values.update(overrides or {})
     prefix = f'{node}.'
     return cls.from_flat(values, source=source, prefix=prefix)
+
+
+def parameters_markdown(sections: Mapping[str, type[Section]]) -> str:
+    """
+    Render the parameter reference (``docs/parameters.md``) from the dataclasses.
+
+    :param sections: node name -> the :class:`Section` its ``ros__parameters`` fill.
+    """
+    lines = ['# Parameters', '',
+             'Generated from `async_rl_ros/core/config.py` by '
+             '`python -m async_rl_ros.core.config`; do not edit by hand.', '']
+    for node, cls in sections.items():
+        lines += [f'## `{node}`', '', (cls.__doc__ or '').strip().splitlines()[0], '',
+                  '| parameter | default | unit | allowed | description |',
+                  '|---|---|---|---|---|']
+        for name, _, info, default in cls.options():
+            flag = ' (read-only)' if info.read_only else ''
+            lines.append(f'| `{name}` | `{default}` | {info.unit or "-"} | {info.allowed()} '
+                         f'| {info.doc}{flag} |')
+        lines.append('')
+    return '\n'.join(lines)
+
+
+NODE_SECTIONS: dict[str, type[Section]] = {'env_worker': EnvWorkerConfig}
+
+if __name__ == '__main__':
+    print(parameters_markdown(NODE_SECTIONS), end='')
