@@ -16,13 +16,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pybullet
-
 from async_rl_ros.core.config import SimConfig
 from async_rl_ros.envs.arm import ArmState
 from async_rl_ros.envs.ur5_kinematics import EFFORT_LIMIT
 from async_rl_ros.envs.ur5_urdf import TOOL_LINK_INDEX, ur5_urdf_path
+import numpy as np
+import pybullet
 
 __all__ = ['PyBulletUR5']
 

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
-
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
 from async_rl_ros.envs.reach_task import ACT_DIM, OBS_HIGH, OBS_LOW, ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
 from async_rl_ros.envs.ur5_kinematics import fk_position
+import gymnasium as gym
+import numpy as np
 
 __all__ = ['UR5ReachEnv', 'make_reach_env']
 

@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from async_rl_ros.core.config import ReachTaskConfig
 from async_rl_ros.envs.arm import ArmState
 from async_rl_ros.envs.ur5_kinematics import JOINT_LIMIT, SPEED_LIMIT
+import numpy as np
 
 __all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_SLICES', 'ReachTask']
 

@@ -41,10 +41,9 @@ from __future__ import annotations
 from collections import Counter
 import math
 
-import numpy as np
-
 from async_rl_ros.core.config import SafetyConfig
 from async_rl_ros.envs.ur5_kinematics import DH_A, DH_D, fk_position
+import numpy as np
 
 __all__ = ['SafetyFilter', 'REASONS']
 

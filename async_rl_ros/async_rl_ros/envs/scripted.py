@@ -21,10 +21,9 @@ Resolved-rate control with damped least squares (Wampler 1986; Nakamura & Hanafu
 
 from __future__ import annotations
 
-import numpy as np
-
 from async_rl_ros.envs.reach_task import OBS_SLICES
 from async_rl_ros.envs.ur5_kinematics import position_jacobian
+import numpy as np
 
 __all__ = ['ScriptedReachPolicy']
 

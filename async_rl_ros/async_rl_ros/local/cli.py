@@ -29,10 +29,9 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, load_node_config
 import numpy as np
 import yaml
-
-from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, load_node_config
 
 __all__ = ['main', 'default_config_path', 'parse_overrides', 'EpisodeStats', 'run_episodes']
 

@@ -1,0 +1,909 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Training doctor: the troubleshooting table of the design write-up, automated.
+
+Every detector measures one symptom, compares it with a threshold of :class:`DoctorConfig`,
+logs a warning that names the measured value and the threshold, records a
+:class:`DoctorEvent`, publishes the measurement in :meth:`Doctor.metrics` and -- when
+``auto_remedy`` is on -- turns one knob of the learner through the :class:`Knobs` protocol.
+
+Detectors (symptom -> remedy):
+
+* ``non_finite``: NaN/Inf in a batch, a loss or a gradient -> skip the step, restore the last
+  good snapshot (:class:`GoodState`);
+* ``publish``: NaN/Inf in the weights about to go to workers -> do not publish;
+* ``update_ratio``: ``||dtheta|| / ||theta||`` of an update outside
+  ``[update_ratio_low, update_ratio_high]`` -> none, a warning only;
+* ``reward_scale``: a worker's reward scale differs from the workers' median by more than
+  ``reward_scale_factor`` -> none (the worker is misconfigured; a person must look);
+* ``policy_divergence``: cosine similarity between the current policy's actions and a worker
+  policy's actions on the probe batch below ``min_policy_cosine`` ->
+  ``scale_policy_regularization(policy_regularization_factor)`` (x1.5);
+* ``exploration``: entropy estimate ``mean(-log pi(a|s))`` below ``min_entropy`` ->
+  ``scale_temperature(temperature_factor)`` (+10 % exploration);
+* ``staleness``: mean parameter-version lag of incoming transitions above ``max_policy_lag``
+  -> ``scale_learning_rate(lag_learning_rate_factor)`` (-20 %).
+
+Remedies of one detector are at least ``remedy_cooldown_steps`` learner updates apart, and the
+warnings of one detector at least ``warn_interval_steps`` apart; detections in between are
+still counted (``doctor/detections/<detector>``). The doctor's notion of time is the learner
+update counter it is given by :meth:`Doctor.begin_step`.
+
+The doctor never does I/O besides the ``logging`` module, and its per-update checks cost one
+device synchronisation each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+import copy
+import dataclasses
+import logging
+import math
+import statistics
+from typing import Any, Callable, Hashable, Iterable, Mapping, Protocol, Union
+
+from async_rl_ros.core.config import ConfigError, option, Section
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    'DoctorConfig',
+    'DoctorEvent',
+    'Knobs',
+    'GoodState',
+    'RunningStats',
+    'ParamDeltaTracker',
+    'TrainingDiverged',
+    'Doctor',
+    'all_finite',
+    'params_finite',
+    'finite_rows',
+    'update_ratio',
+    'cosine_similarity',
+]
+
+_LOG = logging.getLogger(__name__)
+
+#: Recommended range of ``grad_clip_norm``; values outside it are allowed but warned about.
+GRAD_CLIP_RECOMMENDED = (0.5, 1.0)
+
+ArrayLike = Union[torch.Tensor, np.ndarray]
+Params = Union[nn.Module, Iterable[torch.Tensor], Mapping[str, torch.Tensor]]
+
+
+# ====================================================================== configuration
+@dataclasses.dataclass
+class DoctorConfig(Section):
+    """Thresholds and remedies of the training doctor (learner parameters ``doctor.*``)."""
+
+    auto_remedy: bool = option(True, 'Apply remedies through the learner knobs; when false the '
+                               'doctor only detects, logs and counts.')
+    remedy_cooldown_steps: int = option(1000, 'Learner updates a detector waits after a remedy '
+                                        'before it may apply the next one.', unit='updates',
+                                        low=0, high=10**9)
+    warn_interval_steps: int = option(1000, 'Learner updates between two logged warnings of one '
+                                      'detector; detections in between are only counted.',
+                                      unit='updates', low=0, high=10**9)
+    max_events: int = option(1000, 'Events kept in memory; the oldest are dropped first.',
+                             low=1, high=10**7)
+    restore_on_skip: bool = option(True, 'Restore the last good snapshot when a step is skipped '
+                                   'because of a NaN/Inf loss or gradient.')
+    snapshot_interval_steps: int = option(100, 'Learner updates between two good-state '
+                                          'snapshots (Doctor.remember).', unit='updates',
+                                          low=1, high=10**9)
+    max_consecutive_skips: int = option(100, 'Consecutive skipped steps after which training is '
+                                        'declared diverged and TrainingDiverged is raised '
+                                        '(0: never).', low=0, high=10**9)
+    grad_clip_norm: float = option(1.0, 'Largest global L2 norm of the gradients (0: no '
+                                   'clipping); 0.5-1.0 is recommended, other values are '
+                                   'warned about.', low=0.0, high=1e6)
+    update_ratio_low: float = option(1e-4, 'Smallest healthy ||dtheta|| / ||theta|| per update.',
+                                     low=0.0, high=1.0)
+    update_ratio_high: float = option(1e-3, 'Largest healthy ||dtheta|| / ||theta|| per update.',
+                                      low=0.0, high=10.0, low_open=True)
+    update_ratio_interval_steps: int = option(10, 'Learner updates between two measurements of '
+                                              'the update ratio (each copies the weights).',
+                                              unit='updates', low=1, high=10**9)
+    reward_scale_factor: float = option(3.0, 'Largest allowed ratio between a worker reward scale '
+                                        'and the median scale of the workers.',
+                                        low=1.0, high=1e6, low_open=True)
+    reward_scale_statistic: str = option('std', 'Reward scale of a worker: the running standard '
+                                         'deviation or the running mean of |r|.',
+                                         choices=('std', 'mean_abs'))
+    reward_min_samples: int = option(1000, 'Rewards a worker must have sent before its scale is '
+                                     'compared.', low=1, high=10**9)
+    min_policy_cosine: float = option(0.9, 'Smallest healthy cosine similarity between the '
+                                      'actions of the current policy and of a worker policy on '
+                                      'the probe batch.', low=-1.0, high=1.0)
+    policy_regularization_factor: float = option(1.5, 'Factor the policy regularization weight '
+                                                 'is multiplied by when policies diverge.',
+                                                 low=1.0, high=100.0)
+    min_entropy: float = option(-12.0, 'Smallest healthy policy entropy estimate mean(-log pi); '
+                                'the default is twice the usual SAC target -|A| of the 6-D UR5 '
+                                'action.', unit='nat', low=-1e6, high=1e6)
+    temperature_factor: float = option(1.1, 'Factor the entropy temperature is multiplied by when '
+                                       'exploration collapses.', low=1.0, high=100.0)
+    max_policy_lag: float = option(100.0, 'Largest healthy mean parameter-version lag of incoming '
+                                   'transitions.', unit='versions', low=0.0, high=1e9)
+    lag_learning_rate_factor: float = option(0.8, 'Factor the learning rates are multiplied by '
+                                             'when transitions are too stale.',
+                                             low=0.0, high=1.0, low_open=True)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Check the update-ratio band; warn about a gradient clip outside 0.5-1.0."""
+        if self.update_ratio_low >= self.update_ratio_high:
+            raise ConfigError(prefix + 'update_ratio_low', self.update_ratio_low,
+                              f'< update_ratio_high = {self.update_ratio_high:g}', source)
+        low, high = GRAD_CLIP_RECOMMENDED
+        if not low <= self.grad_clip_norm <= high:
+            where = f'{source}: ' if source else ''
+            _LOG.warning('%s%sgrad_clip_norm = %g is outside the recommended range %g-%g%s',
+                         where, prefix, self.grad_clip_norm, low, high,
+                         ' (0 turns clipping off)' if self.grad_clip_norm == 0 else '')
+
+
+# ====================================================================== small types
+@dataclasses.dataclass
+class DoctorEvent:
+    """
+    One detection that was logged.
+
+    :param detector: name of the detector (``non_finite``, ``exploration`` ...).
+    :param reason: what was measured, in words.
+    :param value: the measured value.
+    :param threshold: the threshold it was compared with.
+    :param remedy: the remedy applied (``'scale_temperature(1.1) -> 0.22'``), or ``None``.
+    :param step: learner update at which it happened.
+    """
+
+    detector: str
+    reason: str
+    value: float
+    threshold: float
+    remedy: str | None = None
+    step: int = 0
+
+
+class TrainingDiverged(RuntimeError):
+    """More than ``max_consecutive_skips`` consecutive steps were skipped for NaN/Inf."""
+
+
+class Knobs(Protocol):
+    """
+    What the learner lets the doctor turn; implementations clamp to their own sane bounds.
+
+    A learner without some knob may leave the method out: the doctor then logs that the remedy
+    is unavailable. Each method returns the new value (for the log) or ``None``.
+    """
+
+    def scale_learning_rate(self, factor: float) -> float | None:
+        """
+        Multiply the learning rates of all optimizers by ``factor``.
+
+        :param factor: multiplier (< 1 lowers the rates).
+        :returns: the new (actor) learning rate, or ``None``.
+        """
+
+    def scale_temperature(self, factor: float) -> float | None:
+        """
+        Multiply the entropy temperature alpha by ``factor`` (raise exploration when > 1).
+
+        With a learned temperature, add ``log(factor)`` to ``log_alpha``.
+
+        :param factor: multiplier.
+        :returns: the new temperature, or ``None``.
+        """
+
+    def scale_policy_regularization(self, factor: float) -> float | None:
+        """
+        Multiply the weight of the policy regularization (e.g. a KL/behaviour term) by ``factor``.
+
+        :param factor: multiplier (> 1 keeps the policy closer to the workers' versions).
+        :returns: the new weight, or ``None``.
+        """
+
+
+# ====================================================================== helpers
+def _tensors(params: Params) -> list[torch.Tensor]:
+    if isinstance(params, nn.Module):
+        return list(params.state_dict().values())
+    if isinstance(params, Mapping):
+        return list(params.values())
+    if isinstance(params, torch.Tensor):
+        return [params]
+    return list(params)
+
+
+def _parameters(params: Params) -> list[torch.Tensor]:
+    """Return the tensors that may carry ``.grad`` (a module's parameters, not its buffers)."""
+    if isinstance(params, nn.Module):
+        return list(params.parameters())
+    return _tensors(params)
+
+
+def all_finite(tensors: Iterable[ArrayLike]) -> bool:
+    """
+    Tell whether every floating-point element of some tensors/arrays is finite.
+
+    Torch tensors are checked with one device synchronisation per device in total.
+
+    :param tensors: tensors or numpy arrays; integer and boolean ones are always finite.
+    :returns: ``True`` when nothing is NaN or infinite.
+    """
+    flags: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            if (t.is_floating_point() or t.is_complex()) and t.numel():
+                flags.setdefault(t.device, []).append(torch.isfinite(t.detach()).all())
+        else:
+            arr = np.asarray(t)
+            if arr.dtype.kind in 'fc' and not np.isfinite(arr).all():
+                return False
+    return all(bool(torch.stack(group).all()) for group in flags.values())
+
+
+def params_finite(params: Params) -> bool:
+    """
+    Tell whether a module's parameters and buffers are all finite; call before publishing.
+
+    :param params: a module, a state dict, or an iterable of tensors.
+    :returns: ``True`` when the weights are safe to send to workers.
+    """
+    return all_finite(_tensors(params))
+
+
+def _fields(batch: Any) -> list[tuple[str, Any]]:
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
+        return [('batch', batch)]
+    if isinstance(batch, Mapping):
+        return [(str(k), v) for k, v in batch.items()]
+    if dataclasses.is_dataclass(batch):
+        return [(f.name, getattr(batch, f.name)) for f in dataclasses.fields(batch)]
+    if hasattr(batch, '_asdict'):
+        return list(batch._asdict().items())
+    return [(str(i), v) for i, v in enumerate(batch)]
+
+
+def finite_rows(batch: Any) -> ArrayLike:
+    """
+    Return a boolean mask of the rows (first axis) whose fields are all finite.
+
+    Meant for the replay buffer's insertion path, so that one bad transition is dropped once
+    rather than poisoning every batch it is sampled into.
+
+    :param batch: a tensor, an array, or a mapping/dataclass/named tuple/sequence of them with a
+        common first axis.
+    :returns: a torch bool tensor when the first field is a tensor, else a numpy bool array.
+    """
+    fields = [v for _, v in _fields(batch)]
+    mask = None
+    for v in fields:
+        if isinstance(v, torch.Tensor):
+            ok = torch.isfinite(v.detach()) if v.is_floating_point() else \
+                torch.ones_like(v, dtype=torch.bool)
+            ok = ok.reshape(ok.shape[0], -1).all(dim=1).cpu().numpy() if ok.dim() else \
+                ok.reshape(1).cpu().numpy()
+        else:
+            arr = np.asarray(v)
+            ok = np.isfinite(arr) if arr.dtype.kind in 'fc' else np.ones(arr.shape, bool)
+            ok = ok.reshape(ok.shape[0], -1).all(axis=1) if ok.ndim else ok.reshape(1)
+        mask = ok if mask is None else mask & ok
+    if mask is None:
+        mask = np.ones(0, bool)
+    if fields and isinstance(fields[0], torch.Tensor):
+        return torch.from_numpy(mask).to(fields[0].device)
+    return mask
+
+
+def update_ratio(before: torch.Tensor, after: torch.Tensor, eps: float = 1e-12) -> float:
+    """
+    Measure the relative size of one update: ``||after - before|| / ||before||``.
+
+    :param before: flattened parameters before the optimizer step.
+    :param after: flattened parameters after it.
+    :param eps: added to the denominator (all-zero parameters).
+    :returns: the ratio (healthy values are about 1e-4 to 1e-3).
+    """
+    before = before.detach().double()
+    after = after.detach().double()
+    return float(torch.linalg.vector_norm(after - before) /
+                 (torch.linalg.vector_norm(before) + eps))
+
+
+def cosine_similarity(a: ArrayLike, b: ArrayLike, eps: float = 1e-12) -> float:
+    """
+    Cosine similarity of two action batches, each flattened into one vector.
+
+    Flattening weights every sample by its action norm, so samples whose actions are near zero
+    (where the direction is noise) count little. Two all-zero batches are identical (1.0); one
+    all-zero batch against a non-zero one gives 0.0.
+
+    :param a: actions, any shape.
+    :param b: actions, same number of elements.
+    :returns: the cosine in [-1, 1].
+    """
+    x = torch.as_tensor(a).detach().reshape(-1).double().cpu()
+    y = torch.as_tensor(b).detach().reshape(-1).double().cpu()
+    if x.numel() != y.numel():
+        raise ValueError(f'action batches differ in size: {x.numel()} vs {y.numel()}')
+    nx, ny = float(torch.linalg.vector_norm(x)), float(torch.linalg.vector_norm(y))
+    if nx < eps and ny < eps:
+        return 1.0
+    if nx < eps or ny < eps:
+        return 0.0
+    return max(-1.0, min(1.0, float(x @ y) / (nx * ny)))
+
+
+def _clone(obj: Any) -> Any:
+    """Deep-copy a (nested) state dict, cloning tensors on their own device."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clone(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_clone(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+# ====================================================================== snapshots
+class GoodState:
+    """
+    Snapshot of the learner's last known-good weights, optimizer states and loose tensors.
+
+    :meth:`remember` keeps references to the objects and clones their state (tensors stay on
+    their device, so a snapshot of GPU weights costs device memory, not a host copy);
+    :meth:`restore` writes the clones back in place, so parameter identity -- and with it the
+    optimizers' references -- is preserved.
+    """
+
+    def __init__(self) -> None:
+        self._modules: dict[str, nn.Module] = {}
+        self._optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._tensors: dict[str, torch.Tensor] = {}
+        self._saved: dict[str, Any] | None = None
+        self.step: int | None = None
+
+    @property
+    def has_snapshot(self) -> bool:
+        """Tell whether :meth:`remember` has been called."""
+        return self._saved is not None
+
+    def remember(self, modules: Mapping[str, nn.Module],
+                 optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+                 tensors: Mapping[str, torch.Tensor] | None = None,
+                 step: int | None = None) -> None:
+        """
+        Clone the current state of some modules, optimizers and tensors.
+
+        :param modules: networks (actor, critics, target critics ...).
+        :param optimizers: their optimizers.
+        :param tensors: loose tensors such as ``log_alpha``.
+        :param step: learner update the snapshot belongs to (for logs).
+        """
+        self._modules = dict(modules)
+        self._optimizers = dict(optimizers or {})
+        self._tensors = dict(tensors or {})
+        self._saved = {
+            'modules': {k: _clone(m.state_dict()) for k, m in self._modules.items()},
+            'optimizers': {k: _clone(o.state_dict()) for k, o in self._optimizers.items()},
+            'tensors': {k: t.detach().clone() for k, t in self._tensors.items()},
+        }
+        self.step = step
+
+    def restore(self, keep_hyperparameters: bool = True) -> None:
+        """
+        Write the snapshot back into the remembered objects.
+
+        :param keep_hyperparameters: keep the optimizers' current hyperparameters (learning
+            rate ...) so remedies applied since the snapshot survive; only the per-parameter
+            optimizer state (moments, step counts) is restored.
+        :raises RuntimeError: when nothing was remembered.
+        """
+        if self._saved is None:
+            raise RuntimeError('GoodState.restore() before remember()')
+        for name, module in self._modules.items():
+            module.load_state_dict(self._saved['modules'][name])
+        for name, opt in self._optimizers.items():
+            state = _clone(self._saved['optimizers'][name])
+            if keep_hyperparameters:
+                state['param_groups'] = opt.state_dict()['param_groups']
+            opt.load_state_dict(state)
+        with torch.no_grad():
+            for name, tensor in self._tensors.items():
+                tensor.copy_(self._saved['tensors'][name])
+
+
+class ParamDeltaTracker:
+    """
+    Measure ``||dtheta|| / ||theta||`` of one optimizer step of a set of parameters.
+
+    :param parameters: the parameters (e.g. ``actor.parameters()``); kept as a list.
+    """
+
+    def __init__(self, parameters: Iterable[torch.Tensor]):
+        self.parameters = list(parameters)
+        self._before: torch.Tensor | None = None
+
+    def capture(self) -> None:
+        """Copy the parameters; call right before the optimizer step."""
+        self._before = torch.nn.utils.parameters_to_vector(
+            [p.detach() for p in self.parameters]).clone()
+
+    def ratio(self) -> float | None:
+        """
+        Compare the parameters with the last capture; call right after the optimizer step.
+
+        :returns: the update ratio, or ``None`` without a capture (consumed by this call).
+        """
+        if self._before is None:
+            return None
+        after = torch.nn.utils.parameters_to_vector([p.detach() for p in self.parameters])
+        before, self._before = self._before, None
+        return update_ratio(before, after)
+
+
+class RunningStats:
+    """Running count, mean, variance (Welford/Chan, batched) and mean of ``|x|``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.abs_mean = 0.0
+
+    def update(self, values: ArrayLike) -> None:
+        """
+        Add a batch of values; non-finite ones are ignored.
+
+        :param values: any shape.
+        """
+        if isinstance(values, torch.Tensor):
+            values = values.detach().cpu().numpy()
+        x = np.asarray(values, dtype=np.float64).reshape(-1)
+        x = x[np.isfinite(x)]
+        n = x.size
+        if n == 0:
+            return
+        mean = float(x.mean())
+        m2 = float(((x - mean) ** 2).sum())
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + delta * delta * self.count * n / total
+        self.abs_mean += (float(np.abs(x).mean()) - self.abs_mean) * n / total
+        self.count = total
+
+    @property
+    def var(self) -> float:
+        """Return the population variance (0 before two values)."""
+        return self.m2 / self.count if self.count > 1 else 0.0
+
+    @property
+    def std(self) -> float:
+        """Return the population standard deviation."""
+        return math.sqrt(self.var)
+
+
+# ====================================================================== the doctor
+class Doctor:
+    """
+    Watch one learner and apply the troubleshooting table; see the module docstring.
+
+    :param cfg: thresholds; validated here (which logs the grad-clip warning if due).
+    :param knobs: what remedies act on, usually the learner itself; ``None``: report only.
+    :param good_state: snapshot used on skipped steps; a fresh one when omitted.
+    """
+
+    def __init__(self, cfg: DoctorConfig | None = None, knobs: Knobs | None = None,
+                 good_state: GoodState | None = None):
+        self.cfg = cfg if cfg is not None else DoctorConfig()
+        self.cfg.validate()
+        self.knobs = knobs
+        self.good_state = good_state if good_state is not None else GoodState()
+        self.step = 0
+        self.nan_skips = 0
+        self.bad_batches = 0
+        self.blocked_publishes = 0
+        self.consecutive_skips = 0
+        self.events_total = 0
+        self.remedies_total = 0
+        self.detections: Counter[str] = Counter()
+        self._events: deque[DoctorEvent] = deque(maxlen=self.cfg.max_events)
+        self._values: dict[str, float] = {}
+        self._last_warn: dict[str, int] = {}
+        self._last_remedy: dict[str, int] = {}
+        self._last_snapshot: int | None = None
+        self.reward_stats: dict[Hashable, RunningStats] = {}
+        self._probe: Any = None
+
+    # ------------------------------------------------------------------ bookkeeping
+    @property
+    def events(self) -> list[DoctorEvent]:
+        """Return the most recent ``max_events`` events, oldest first."""
+        return list(self._events)
+
+    def begin_step(self, step: int) -> None:
+        """
+        Set the learner update counter that cooldowns and rate limits are measured in.
+
+        :param step: the learner's update count; call once per update, before the checks.
+        """
+        self.step = int(step)
+
+    def metrics(self) -> dict[str, float]:
+        """
+        Return the doctor's counters and latest measurements.
+
+        Keys: ``doctor/nan_skips``, ``doctor/bad_batches``, ``doctor/blocked_publishes``,
+        ``doctor/events_total``, ``doctor/remedies_total``, ``doctor/detections/<detector>``
+        and, once measured, ``doctor/grad_norm``, ``doctor/update_ratio[/<name>]``,
+        ``doctor/min_policy_cosine``, ``doctor/entropy``, ``doctor/policy_lag``,
+        ``doctor/policy_lag_max``, ``doctor/reward_scale/<worker>``,
+        ``doctor/reward_scale_ratio``.
+
+        :returns: ``{name: value}``.
+        """
+        out = {
+            'doctor/nan_skips': float(self.nan_skips),
+            'doctor/bad_batches': float(self.bad_batches),
+            'doctor/blocked_publishes': float(self.blocked_publishes),
+            'doctor/events_total': float(self.events_total),
+            'doctor/remedies_total': float(self.remedies_total),
+        }
+        out.update({f'doctor/detections/{k}': float(v) for k, v in self.detections.items()})
+        out.update({f'doctor/{k}': v for k, v in self._values.items()})
+        scales = self._reward_scales()
+        out.update({f'doctor/reward_scale/{w}': s for w, s in scales.items()})
+        if len(scales) >= 2:
+            ref = self._reference_scale(scales)
+            out['doctor/reward_scale_ratio'] = max(_ratio(s, ref) for s in scales.values())
+        return out
+
+    def _detect(self, detector: str, reason: str, value: float, threshold: float,
+                knob: str | None = None, factor: float = 1.0,
+                key: str | None = None) -> DoctorEvent | None:
+        """Count a detection; apply its remedy (cooldown) and log/record it (rate limit)."""
+        self.detections[detector] += 1
+        remedy = None
+        suffix = ''
+        if knob is not None:
+            last = self._last_remedy.get(detector)
+            ready = last is None or self.step - last >= self.cfg.remedy_cooldown_steps
+            if not self.cfg.auto_remedy:
+                suffix = f'; auto_remedy off, suggested remedy {knob}({factor:g})'
+            elif self.knobs is None or not hasattr(self.knobs, knob):
+                suffix = f'; remedy {knob}({factor:g}) unavailable: the learner has no such knob'
+            elif ready:
+                result = getattr(self.knobs, knob)(factor)
+                remedy = f'{knob}({factor:g})'
+                if isinstance(result, (int, float)):
+                    remedy += f' -> {float(result):.4g}'
+                self._last_remedy[detector] = self.step
+                self.remedies_total += 1
+                suffix = f'; remedy: {remedy}'
+            else:
+                suffix = f'; remedy {knob} in cooldown since step {last}'
+        key = key or detector
+        last_warn = self._last_warn.get(key)
+        if remedy is None and last_warn is not None and \
+                self.step - last_warn < self.cfg.warn_interval_steps:
+            return None
+        self._last_warn[key] = self.step
+        event = DoctorEvent(detector, reason + suffix, float(value), float(threshold), remedy,
+                            self.step)
+        self._events.append(event)
+        self.events_total += 1
+        _LOG.warning('doctor[%s] step %d: %s (value %.6g, threshold %.6g)%s', detector,
+                     self.step, reason, value, threshold, suffix)
+        return event
+
+    # ------------------------------------------------------------------ non-finite values
+    def batch_ok(self, batch: Any) -> bool:
+        """
+        Check a sampled batch for NaN/Inf; on failure the learner skips the step.
+
+        :param batch: a tensor/array or a mapping/dataclass/named tuple/sequence of them.
+        :returns: ``True`` when every floating-point field is finite.
+        """
+        fields = _fields(batch)
+        if all_finite(v for _, v in fields):
+            return True
+        bad = [name for name, v in fields if not all_finite([v])]
+        self.bad_batches += 1
+        fields_text = ', '.join(bad)
+        self._skip('non_finite', f'non-finite values in batch field(s) {fields_text}; '
+                   'step skipped', restore=False)
+        return False
+
+    def step_ok(self, losses: Mapping[str, Any] | Any,
+                parameters: Params | None = None, grad_norm: float | None = None) -> bool:
+        """
+        Check losses and gradients before the optimizer step.
+
+        On failure the step must be skipped: the gradients of ``parameters`` are dropped
+        (``grad = None``), the good-state snapshot is restored (``restore_on_skip``) and the
+        skip is counted.
+
+        :param losses: ``{name: loss}`` (tensors or floats), or a single loss.
+        :param parameters: parameters whose ``.grad`` is checked (and dropped on failure).
+        :param grad_norm: the total norm from :meth:`clip_gradients`; when given, the
+            gradients are judged by it (a non-finite gradient makes the norm non-finite) and
+            not scanned again.
+        :returns: ``True`` when the optimizer step may run.
+        :raises TrainingDiverged: after more than ``max_consecutive_skips`` skips in a row.
+        """
+        if not isinstance(losses, Mapping):
+            losses = {'loss': losses}
+        params = _parameters(parameters) if parameters is not None else []
+        grads = [p.grad for p in params if p.grad is not None]
+        checks: list[ArrayLike] = [torch.as_tensor(v) for v in losses.values()]
+        if grad_norm is not None:
+            checks.append(torch.as_tensor(grad_norm))
+        else:
+            checks.extend(grads)
+        if all_finite(checks):
+            self.consecutive_skips = 0
+            return True
+        bad = [k for k, v in losses.items() if not all_finite([torch.as_tensor(v)])]
+        what = []
+        if bad:
+            values = (f'{k}={float(torch.as_tensor(losses[k]).detach().sum()):g}' for k in bad)
+            what.append('loss ' + ', '.join(values))
+        if grad_norm is not None and not math.isfinite(float(grad_norm)):
+            what.append(f'gradient norm {float(grad_norm):g}')
+        elif grad_norm is None and not all_finite(grads):
+            what.append('gradients')
+        for p in params:
+            p.grad = None
+        what_text = ' and '.join(what) or 'values'
+        self._skip('non_finite', f'non-finite {what_text}; step skipped',
+                   restore=self.cfg.restore_on_skip)
+        return False
+
+    def _skip(self, detector: str, reason: str, restore: bool) -> None:
+        self.nan_skips += 1
+        self.consecutive_skips += 1
+        if restore and self.good_state.has_snapshot:
+            self.good_state.restore()
+            reason += f', restored the snapshot of step {self.good_state.step}'
+        self._detect(detector, reason, float(self.consecutive_skips),
+                     float(self.cfg.max_consecutive_skips), key=detector)
+        limit = self.cfg.max_consecutive_skips
+        if limit and self.consecutive_skips > limit:
+            raise TrainingDiverged(f'{self.consecutive_skips} consecutive steps skipped for '
+                                   f'non-finite values (max_consecutive_skips = {limit})')
+
+    def remember(self, modules: Mapping[str, nn.Module],
+                 optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+                 tensors: Mapping[str, torch.Tensor] | None = None, force: bool = False) -> bool:
+        """
+        Snapshot the learner state every ``snapshot_interval_steps`` updates, if it is finite.
+
+        :param modules: networks; see :meth:`GoodState.remember`.
+        :param optimizers: their optimizers.
+        :param tensors: loose tensors (``log_alpha``).
+        :param force: snapshot now regardless of the interval.
+        :returns: whether a snapshot was taken.
+        """
+        last = self._last_snapshot
+        if not force and last is not None and \
+                self.step - last < self.cfg.snapshot_interval_steps:
+            return False
+        if not (all(params_finite(m) for m in modules.values()) and
+                all_finite((tensors or {}).values())):
+            _LOG.warning('doctor: step %d: state not finite, snapshot not taken', self.step)
+            return False
+        self.good_state.remember(modules, optimizers, tensors, step=self.step)
+        self._last_snapshot = self.step
+        return True
+
+    def publish_ok(self, params: Params) -> bool:
+        """
+        Check weights before they are published to workers; a NaN must never reach them.
+
+        :param params: the policy module (or its state dict).
+        :returns: ``True`` when every parameter and buffer is finite.
+        """
+        if params_finite(params):
+            return True
+        self.blocked_publishes += 1
+        self._detect('publish', 'non-finite policy weights; not published', 1.0, 0.0)
+        return False
+
+    # ------------------------------------------------------------------ gradients, updates
+    def clip_gradients(self, parameters: Params) -> float:
+        """
+        Clip the global gradient norm to ``grad_clip_norm`` (0: measure only).
+
+        :param parameters: parameters whose ``.grad`` is clipped in place.
+        :returns: the total norm before clipping (non-finite if some gradient is).
+        """
+        grads = [p for p in _parameters(parameters) if p.grad is not None]
+        if not grads:
+            return 0.0
+        max_norm = self.cfg.grad_clip_norm or math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm))
+        self._values['grad_norm'] = norm
+        return norm
+
+    def update_ratio_due(self) -> bool:
+        """Tell whether this update's ratio should be measured (every N updates)."""
+        return self.step % self.cfg.update_ratio_interval_steps == 0
+
+    def observe_update_ratio(self, ratio: float | None, name: str = '') -> bool:
+        """
+        Compare one update ratio with the healthy band.
+
+        :param ratio: ``||dtheta|| / ||theta||``, e.g. from :class:`ParamDeltaTracker`.
+        :param name: network name (``actor``, ``critic``) for the metric and the log.
+        :returns: ``True`` when inside the band (or ``ratio`` is ``None``).
+        """
+        if ratio is None:
+            return True
+        self._values['update_ratio'] = ratio
+        if name:
+            self._values[f'update_ratio/{name}'] = ratio
+        low, high = self.cfg.update_ratio_low, self.cfg.update_ratio_high
+        if low <= ratio <= high:
+            return True
+        side = 'below' if ratio < low else 'above'
+        label = f'{name} ' if name else ''
+        self._detect('update_ratio', f'{label}update ratio ||dtheta||/||theta|| {side} the '
+                     f'healthy band [{low:g}, {high:g}]', ratio, low if ratio < low else high,
+                     key=f'update_ratio:{name}')
+        return False
+
+    # ------------------------------------------------------------------ rewards
+    def observe_rewards(self, worker_id: Hashable, rewards: ArrayLike) -> bool:
+        """
+        Add a worker's rewards to its running statistics and compare its scale.
+
+        The scale is the running standard deviation (or mean ``|r|``, see
+        ``reward_scale_statistic``). It is compared with the lower median of the scales of all
+        workers with at least ``reward_min_samples`` rewards (the median for an odd count; for
+        two workers the smaller scale, so the larger one is flagged, as two cannot tell which
+        is wrong). The check needs at least two such workers.
+
+        :param worker_id: the worker's id.
+        :param rewards: its new rewards.
+        :returns: ``False`` when this worker's scale is off by more than
+            ``reward_scale_factor``.
+        """
+        stats = self.reward_stats.setdefault(worker_id, RunningStats())
+        stats.update(rewards)
+        scales = self._reward_scales()
+        if worker_id not in scales or len(scales) < 2:
+            return True
+        ref = self._reference_scale(scales)
+        ratio = _ratio(scales[worker_id], ref)
+        if ratio <= self.cfg.reward_scale_factor:
+            return True
+        stat = self.cfg.reward_scale_statistic
+        self._detect('reward_scale', f'worker {worker_id} reward {stat} {scales[worker_id]:.4g} '
+                     f'differs from the median worker scale {ref:.4g} by a factor {ratio:.3g}',
+                     ratio, self.cfg.reward_scale_factor, key=f'reward_scale:{worker_id}')
+        return False
+
+    def _reward_scales(self) -> dict[Hashable, float]:
+        use_std = self.cfg.reward_scale_statistic == 'std'
+        return {w: (s.std if use_std else s.abs_mean) for w, s in self.reward_stats.items()
+                if s.count >= self.cfg.reward_min_samples}
+
+    @staticmethod
+    def _reference_scale(scales: Mapping[Hashable, float]) -> float:
+        return statistics.median_low(sorted(scales.values()))
+
+    # ------------------------------------------------------------------ policies
+    def set_probe(self, obs: ArrayLike) -> None:
+        """
+        Fix the probe batch of observations the policy versions are compared on.
+
+        :param obs: observations, shape ``(n, obs_dim)``.
+        """
+        self._probe = obs
+
+    @property
+    def probe(self) -> Any:
+        """Return the probe observations, or ``None``."""
+        return self._probe
+
+    def policy_divergence(self, current: ArrayLike | Callable[[Any], ArrayLike],
+                          workers: Mapping[Hashable, ArrayLike | Callable[[Any], ArrayLike]]
+                          ) -> dict[Hashable, float]:
+        """
+        Compare the current policy with the versions the workers act with.
+
+        Use deterministic (mean) actions. Below ``min_policy_cosine`` the remedy raises the
+        policy regularization weight by ``policy_regularization_factor``, pulling the learner's
+        policy towards the behaviour that generated the data.
+
+        :param current: actions of the current policy on the probe, or a callable that maps the
+            probe observations to them.
+        :param workers: ``{worker_id: actions or callable}`` for each worker's policy version.
+        :returns: ``{worker_id: cosine similarity}``.
+        """
+        def actions(source: Any) -> Any:
+            if callable(source):
+                if self._probe is None:
+                    raise RuntimeError('policy_divergence with callables needs set_probe()')
+                with torch.no_grad():
+                    return source(self._probe)
+            return source
+
+        cur = actions(current)
+        cosines = {w: cosine_similarity(cur, actions(a)) for w, a in workers.items()}
+        if not cosines:
+            return cosines
+        worst = min(cosines, key=cosines.get)
+        value = cosines[worst]
+        self._values['min_policy_cosine'] = value
+        threshold = self.cfg.min_policy_cosine
+        if value < threshold:
+            self._detect('policy_divergence', f'worker {worst} policy diverged from the current '
+                         'one (action cosine on the probe batch)', value, threshold,
+                         knob='scale_policy_regularization',
+                         factor=self.cfg.policy_regularization_factor)
+        return cosines
+
+    def observe_entropy(self, entropy: float) -> bool:
+        """
+        Check the policy entropy estimate ``mean(-log pi(a|s))`` of sampled actions.
+
+        :param entropy: the estimate (nats) of this update.
+        :returns: ``False`` when exploration collapsed (below ``min_entropy``).
+        """
+        entropy = float(entropy)
+        self._values['entropy'] = entropy
+        if not entropy < self.cfg.min_entropy:
+            return True
+        self._detect('exploration', 'policy entropy collapsed', entropy, self.cfg.min_entropy,
+                     knob='scale_temperature', factor=self.cfg.temperature_factor)
+        return False
+
+    def observe_lag(self, lags: ArrayLike) -> bool:
+        """
+        Check the parameter-version lag of incoming transitions.
+
+        The lag of a transition is the learner's current policy version minus the version the
+        worker acted with. The mean over ``lags`` is compared with ``max_policy_lag``.
+
+        :param lags: lags of the transitions just received.
+        :returns: ``False`` when the data is too stale.
+        """
+        if isinstance(lags, torch.Tensor):
+            lags = lags.detach().cpu().numpy()
+        arr = np.asarray(lags, dtype=np.float64).reshape(-1)
+        if arr.size == 0:
+            return True
+        mean = float(arr.mean())
+        self._values['policy_lag'] = mean
+        self._values['policy_lag_max'] = float(arr.max())
+        if not mean > self.cfg.max_policy_lag:
+            return True
+        self._detect('staleness', 'transitions too stale (mean policy-version lag)', mean,
+                     self.cfg.max_policy_lag, knob='scale_learning_rate',
+                     factor=self.cfg.lag_learning_rate_factor)
+        return False
+
+
+def _ratio(scale: float, ref: float, eps: float = 1e-12) -> float:
+    """Return the symmetric ratio ``max(a/b, b/a)`` of two non-negative scales."""
+    a, b = max(scale, eps), max(ref, eps)
+    return max(a / b, b / a)
