@@ -58,7 +58,7 @@ class FakeClock:
 
 
 def make(fraction=0.5, **overrides):
-    values = {'adjust_interval_s': 10.0}
+    values = {'adjust_interval_s': 10.0, 'grow_on_cpu': True}
     values.update(overrides)
     cfg = BatchSizerConfig().replace(**values)
     probe, clock = FakeProbe(fraction), FakeClock()
@@ -259,3 +259,14 @@ def test_cgroup_limit_is_the_capacity(tmp_path, v2):
     assert reading.used_bytes == 2**29 - 2**27
     (tmp_path / ('memory.max' if v2 else 'memory/memory.limit_in_bytes')).write_text('max\n')
     assert ProcessMemoryProbe(tmp_path).read().source == 'host'
+
+
+def test_cpu_learner_does_not_grow_unless_asked():
+    cfg = BatchSizerConfig().replace(adjust_interval_s=10.0)
+    probe, clock = FakeProbe(0.1), FakeClock()
+    sizer = BatchSizer(cfg, probe=probe, time_fn=clock)
+    clock.t += 11.0
+    assert sizer.maybe_adjust() == 512  # plenty of memory, but a CPU update is compute-bound
+    probe.fraction = 0.95
+    clock.t += 11.0
+    assert sizer.maybe_adjust() < 512  # shrinking still protects memory

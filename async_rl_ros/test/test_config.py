@@ -48,15 +48,15 @@ def test_shipped_files_load_and_match_the_dataclass_defaults():
     assert files
     for path in files:
         for node in load_yaml_parameters(path):
-            if node == 'env_worker':
-                loaded = load_node_config(path, node, EnvWorkerConfig).to_flat()
-                defaults = EnvWorkerConfig().to_flat()
-                assert loaded.keys() == defaults.keys()
-                for key, value in defaults.items():
-                    if isinstance(value, (str, bool)):
-                        assert loaded[key] == value, key
-                    else:  # the file writes 2 pi as 6.2832
-                        np.testing.assert_allclose(loaded[key], value, atol=1e-4, err_msg=key)
+            section = NODE_SECTIONS[node]
+            loaded = load_node_config(path, node, section).to_flat()
+            defaults = section().to_flat()
+            assert loaded.keys() == defaults.keys()
+            for key, value in defaults.items():
+                if isinstance(value, (str, bool)):
+                    assert loaded[key] == value, (node, key)
+                else:  # the file writes 2 pi as 6.2832
+                    np.testing.assert_allclose(loaded[key], value, atol=1e-4, err_msg=key)
     assert default_config_path() == SHIPPED / 'train.yaml'
 
 
@@ -146,7 +146,8 @@ def test_cli_config_errors_exit_2_without_traceback(args, needle):
 
 
 def test_cli_runs_the_scripted_policy():
-    result = subprocess.run([sys.executable, '-m', 'async_rl_ros.local.cli', '--episodes', '3'],
-                            capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, '-m', 'async_rl_ros.local.cli', '--policy', 'scripted',
+           '--episodes', '3']
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert 'success rate          100.0 %' in result.stdout

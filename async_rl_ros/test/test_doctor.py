@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 
-from async_rl_ros.core.config import ConfigError
+from async_rl_ros.core.config import ConfigError, SACConfig
 from async_rl_ros.core.doctor import (
     all_finite, cosine_similarity, Doctor, DoctorConfig, finite_rows, GoodState,
     ParamDeltaTracker, params_finite, RunningStats, TrainingDiverged, update_ratio)
@@ -77,7 +77,7 @@ def good_step(model, log_alpha, opt, doctor, x):
     opt.zero_grad()
     loss = model(x).pow(2).mean() + log_alpha.pow(2).sum()
     loss.backward()
-    norm = doctor.clip_gradients(list(model.parameters()) + [log_alpha])
+    norm = float(nn.utils.clip_grad_norm_(list(model.parameters()) + [log_alpha], 1.0))
     ok = doctor.step_ok({'loss': loss}, list(model.parameters()) + [log_alpha], grad_norm=norm)
     if ok:
         opt.step()
@@ -118,18 +118,9 @@ def test_config_defaults_validate_and_band_is_checked():
 @pytest.mark.parametrize('norm,warns', [(1.0, False), (0.5, False), (0.75, False),
                                         (2.0, True), (0.1, True), (0.0, True)])
 def test_grad_clip_outside_recommended_range_warns(caplog, norm, warns):
-    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.doctor'):
-        Doctor(DoctorConfig(grad_clip_norm=norm))
+    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.config'):
+        SACConfig(grad_clip_norm=norm).validate()
     assert any('grad_clip_norm' in r.getMessage() for r in caplog.records) == warns
-
-
-def test_clip_gradients_returns_total_norm_and_clips():
-    doctor, _ = make_doctor()
-    p = nn.Parameter(torch.zeros(4))
-    p.grad = torch.tensor([6.0, 8.0, 0.0, 0.0])
-    assert doctor.clip_gradients([p]) == pytest.approx(10.0)
-    assert float(p.grad.norm()) == pytest.approx(1.0, rel=1e-4)
-    assert doctor.metrics()['doctor/grad_norm'] == pytest.approx(10.0)
 
 
 # ---------------------------------------------------------------------- non-finite values
@@ -181,7 +172,7 @@ def test_nan_gradient_detected_by_norm_and_by_scan():
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     next(model.parameters()).grad[0, 0] = float('nan')
-    norm = doctor.clip_gradients(model)
+    norm = float(nn.utils.clip_grad_norm_(model.parameters(), 1.0))
     assert math.isnan(norm)
     assert not doctor.step_ok({'loss': 1.0}, model, grad_norm=norm)
     assert doctor.nan_skips == 2

@@ -43,7 +43,7 @@ from pathlib import Path
 import time
 from typing import Callable, Protocol, TypeVar
 
-from async_rl_ros.core.config import ConfigError, option, Section
+from async_rl_ros.core.config import BatchSizerConfig
 import psutil
 import torch
 
@@ -62,43 +62,6 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 _GIB = float(1 << 30)
 T = TypeVar('T')
-
-
-@dataclasses.dataclass
-class BatchSizerConfig(Section):
-    """Dynamic batch size of the learner (learner parameters ``batch.*``)."""
-
-    initial_batch: int = option(512, 'Batch size at start.', unit='samples', low=1, high=2**24)
-    min_batch: int = option(32, 'Smallest batch size.', unit='samples', low=1, high=2**24)
-    max_batch: int = option(8192, 'Largest batch size.', unit='samples', low=1, high=2**24)
-    adaptive: bool = option(True, 'Resize from memory readings; when false the size only '
-                            'changes on out-of-memory errors.')
-    adjust_interval_s: float = option(300.0, 'Time between two memory readings.', unit='s',
-                                      low=0.0, high=1e6)
-    memory_fraction: float = option(0.85, 'Cap on the used fraction of memory capacity (GPU '
-                                    'memory on CUDA, RAM on CPU).', low=0.0, high=1.0,
-                                    low_open=True)
-    grow_below: float = option(0.7, 'Low-water mark: the batch grows only while the used '
-                               'fraction is below it.', low=0.0, high=1.0)
-    grow_factor: float = option(1.25, 'Multiplicative growth per adjustment.', low=1.0,
-                                high=4.0, low_open=True)
-    size_multiple: int = option(8, 'Batch sizes are multiples of this (tensor-core friendly).',
-                                low=1, high=4096)
-    oom_hold_s: float = option(1800.0, 'No growth for this long after an out-of-memory error.',
-                               unit='s', low=0.0, high=1e7)
-
-    def check(self, source: str | None, prefix: str) -> None:
-        """Check that the bounds are ordered and the low-water mark is below the cap."""
-        if self.min_batch > self.max_batch:
-            raise ConfigError(prefix + 'min_batch', self.min_batch,
-                              f'<= max_batch = {self.max_batch}', source)
-        if not self.min_batch <= self.initial_batch <= self.max_batch:
-            raise ConfigError(prefix + 'initial_batch', self.initial_batch,
-                              f'in [min_batch, max_batch] = [{self.min_batch}, '
-                              f'{self.max_batch}]', source)
-        if self.grow_below >= self.memory_fraction:
-            raise ConfigError(prefix + 'grow_below', self.grow_below,
-                              f'< memory_fraction = {self.memory_fraction:g}', source)
 
 
 # ====================================================================== memory probes
@@ -291,6 +254,7 @@ class BatchSizer:
         self.cfg = cfg if cfg is not None else BatchSizerConfig()
         self.cfg.validate()
         self.probe = probe if probe is not None else probe_for(device)
+        self.may_grow = self.cfg.grow_on_cpu or torch.device(device).type != 'cpu'
         self.time_fn = time_fn
         self.batch_size = self._clamp(self._quantize(self.cfg.initial_batch))
         self.history: list[BatchSizeChange] = []
@@ -365,7 +329,7 @@ class BatchSizer:
             new = self._clamp(self._quantize(math.floor(size * cap / f)))
             return self._set(min(new, size), 'shrink', reading,
                              f'used fraction {f:.3f} above the cap {cap:g}', now)
-        if f < low:
+        if f < low and self.may_grow:
             held = self._last_oom is not None and now - self._last_oom < self.cfg.oom_hold_s
             if held:
                 _LOG.debug('batch sizer: growth held after an out-of-memory error')

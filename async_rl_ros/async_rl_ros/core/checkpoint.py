@@ -44,7 +44,6 @@ cannot run code.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import logging
 import os
@@ -56,7 +55,7 @@ import threading
 import time
 from typing import Any, Mapping, Protocol
 
-from async_rl_ros.core.config import option, Section
+from async_rl_ros.core.config import CheckpointConfig
 import numpy as np
 import torch
 
@@ -75,20 +74,6 @@ _NAME = re.compile(r'^ckpt_(\d+)\.pt$')
 _TMP = re.compile(r'^\.ckpt_\d+\.pt\.(\d+)\.[0-9a-f]+\.tmp$')
 _TMP_GLOB = '.ckpt_*.tmp'
 FORMAT_VERSION = 1
-
-
-@dataclasses.dataclass
-class CheckpointConfig(Section):
-    """Learner checkpoints (learner parameters ``checkpoint.*``)."""
-
-    directory: str = option('checkpoints', 'Directory the checkpoints are written to.',
-                            read_only=True)
-    keep_last: int = option(3, 'Checkpoints kept; older ones are deleted after each save.',
-                            low=1, high=10**6)
-    interval_steps: int = option(10000, 'Learner updates between two checkpoints (0: only at '
-                                 'shutdown).', unit='updates', low=0, high=10**12)
-    save_replay_buffer: bool = option(False, 'Store the replay buffer, compressed, in every '
-                                      'checkpoint.')
 
 
 class ReplayStateful(Protocol):

@@ -56,7 +56,7 @@ import math
 import statistics
 from typing import Any, Callable, Hashable, Iterable, Mapping, Protocol, Union
 
-from async_rl_ros.core.config import ConfigError, option, Section
+from async_rl_ros.core.config import DoctorConfig
 import numpy as np
 import torch
 from torch import nn
@@ -79,84 +79,12 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-#: Recommended range of ``grad_clip_norm``; values outside it are allowed but warned about.
-GRAD_CLIP_RECOMMENDED = (0.5, 1.0)
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 Params = Union[nn.Module, Iterable[torch.Tensor], Mapping[str, torch.Tensor]]
 
 
 # ====================================================================== configuration
-@dataclasses.dataclass
-class DoctorConfig(Section):
-    """Thresholds and remedies of the training doctor (learner parameters ``doctor.*``)."""
-
-    auto_remedy: bool = option(True, 'Apply remedies through the learner knobs; when false the '
-                               'doctor only detects, logs and counts.')
-    remedy_cooldown_steps: int = option(1000, 'Learner updates a detector waits after a remedy '
-                                        'before it may apply the next one.', unit='updates',
-                                        low=0, high=10**9)
-    warn_interval_steps: int = option(1000, 'Learner updates between two logged warnings of one '
-                                      'detector; detections in between are only counted.',
-                                      unit='updates', low=0, high=10**9)
-    max_events: int = option(1000, 'Events kept in memory; the oldest are dropped first.',
-                             low=1, high=10**7)
-    restore_on_skip: bool = option(True, 'Restore the last good snapshot when a step is skipped '
-                                   'because of a NaN/Inf loss or gradient.')
-    snapshot_interval_steps: int = option(100, 'Learner updates between two good-state '
-                                          'snapshots (Doctor.remember).', unit='updates',
-                                          low=1, high=10**9)
-    max_consecutive_skips: int = option(100, 'Consecutive skipped steps after which training is '
-                                        'declared diverged and TrainingDiverged is raised '
-                                        '(0: never).', low=0, high=10**9)
-    grad_clip_norm: float = option(1.0, 'Largest global L2 norm of the gradients (0: no '
-                                   'clipping); 0.5-1.0 is recommended, other values are '
-                                   'warned about.', low=0.0, high=1e6)
-    update_ratio_low: float = option(1e-4, 'Smallest healthy ||dtheta|| / ||theta|| per update.',
-                                     low=0.0, high=1.0)
-    update_ratio_high: float = option(1e-3, 'Largest healthy ||dtheta|| / ||theta|| per update.',
-                                      low=0.0, high=10.0, low_open=True)
-    update_ratio_interval_steps: int = option(10, 'Learner updates between two measurements of '
-                                              'the update ratio (each copies the weights).',
-                                              unit='updates', low=1, high=10**9)
-    reward_scale_factor: float = option(3.0, 'Largest allowed ratio between a worker reward scale '
-                                        'and the median scale of the workers.',
-                                        low=1.0, high=1e6, low_open=True)
-    reward_scale_statistic: str = option('std', 'Reward scale of a worker: the running standard '
-                                         'deviation or the running mean of |r|.',
-                                         choices=('std', 'mean_abs'))
-    reward_min_samples: int = option(1000, 'Rewards a worker must have sent before its scale is '
-                                     'compared.', low=1, high=10**9)
-    min_policy_cosine: float = option(0.9, 'Smallest healthy cosine similarity between the '
-                                      'actions of the current policy and of a worker policy on '
-                                      'the probe batch.', low=-1.0, high=1.0)
-    policy_regularization_factor: float = option(1.5, 'Factor the policy regularization weight '
-                                                 'is multiplied by when policies diverge.',
-                                                 low=1.0, high=100.0)
-    min_entropy: float = option(-12.0, 'Smallest healthy policy entropy estimate mean(-log pi); '
-                                'the default is twice the usual SAC target -|A| of the 6-D UR5 '
-                                'action.', unit='nat', low=-1e6, high=1e6)
-    temperature_factor: float = option(1.1, 'Factor the entropy temperature is multiplied by when '
-                                       'exploration collapses.', low=1.0, high=100.0)
-    max_policy_lag: float = option(100.0, 'Largest healthy mean parameter-version lag of incoming '
-                                   'transitions.', unit='versions', low=0.0, high=1e9)
-    lag_learning_rate_factor: float = option(0.8, 'Factor the learning rates are multiplied by '
-                                             'when transitions are too stale.',
-                                             low=0.0, high=1.0, low_open=True)
-
-    def check(self, source: str | None, prefix: str) -> None:
-        """Check the update-ratio band; warn about a gradient clip outside 0.5-1.0."""
-        if self.update_ratio_low >= self.update_ratio_high:
-            raise ConfigError(prefix + 'update_ratio_low', self.update_ratio_low,
-                              f'< update_ratio_high = {self.update_ratio_high:g}', source)
-        low, high = GRAD_CLIP_RECOMMENDED
-        if not low <= self.grad_clip_norm <= high:
-            where = f'{source}: ' if source else ''
-            _LOG.warning('%s%sgrad_clip_norm = %g is outside the recommended range %g-%g%s',
-                         where, prefix, self.grad_clip_norm, low, high,
-                         ' (0 turns clipping off)' if self.grad_clip_norm == 0 else '')
-
-
 # ====================================================================== small types
 @dataclasses.dataclass
 class DoctorEvent:
@@ -643,7 +571,7 @@ class Doctor:
 
         :param losses: ``{name: loss}`` (tensors or floats), or a single loss.
         :param parameters: parameters whose ``.grad`` is checked (and dropped on failure).
-        :param grad_norm: the total norm from :meth:`clip_gradients`; when given, the
+        :param grad_norm: the total gradient norm, if already measured; when given, the
             gradients are judged by it (a non-finite gradient makes the norm non-finite) and
             not scanned again.
         :returns: ``True`` when the optimizer step may run.
@@ -728,21 +656,6 @@ class Doctor:
         return False
 
     # ------------------------------------------------------------------ gradients, updates
-    def clip_gradients(self, parameters: Params) -> float:
-        """
-        Clip the global gradient norm to ``grad_clip_norm`` (0: measure only).
-
-        :param parameters: parameters whose ``.grad`` is clipped in place.
-        :returns: the total norm before clipping (non-finite if some gradient is).
-        """
-        grads = [p for p in _parameters(parameters) if p.grad is not None]
-        if not grads:
-            return 0.0
-        max_norm = self.cfg.grad_clip_norm or math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm))
-        self._values['grad_norm'] = norm
-        return norm
-
     def update_ratio_due(self) -> bool:
         """Tell whether this update's ratio should be measured (every N updates)."""
         return self.step % self.cfg.update_ratio_interval_steps == 0

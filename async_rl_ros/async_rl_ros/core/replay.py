@@ -56,11 +56,10 @@ when the learner passes its version to ``sample``:
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from typing import Any, Mapping
 
-from async_rl_ros.core.config import ConfigError, option, Section
+from async_rl_ros.core.config import ConfigError, ReplayConfig
 import numpy as np
 
 __all__ = [
@@ -86,38 +85,6 @@ FIELDS: dict[str, tuple[Any, str]] = {
 }
 _STALENESS = ('off', 'weight', 'skip')
 _INT_MAX = 2**31 - 1
-
-
-@dataclasses.dataclass
-class ReplayConfig(Section):
-    """The prioritized replay buffer of the learner."""
-
-    capacity: int = option(1_000_000, 'Number of transitions the ring buffer holds.',
-                           unit='transitions', low=1, high=_INT_MAX, read_only=True)
-    alpha: float = option(0.6, 'Mix of the two priority terms: alpha * |TD| + '
-                          '(1 - alpha) / sqrt(sample_count + 1); 0 ignores the TD errors.',
-                          low=0.0, high=1.0)
-    priority_exponent: float = option(1.0, 'Sampling probability is proportional to '
-                                      'priority ** priority_exponent (0 samples uniformly).',
-                                      low=0.0, high=10.0)
-    beta_start: float = option(0.4, 'Importance-weight exponent at the first sample call; it '
-                               'grows linearly to 1.', low=0.0, high=1.0)
-    beta_steps: int = option(100_000, 'Sample calls over which beta reaches 1 (0: beta is 1 '
-                             'from the start).', unit='calls', low=0, high=_INT_MAX)
-    eps: float = option(1e-6, 'Added to every priority so that none is 0.', low=0.0,
-                        high=1.0, low_open=True)
-    staleness: str = option('off', 'Treatment of transitions whose policy lags the learner by '
-                            'more than max_policy_lag versions: off, weight (down-weight them) '
-                            'or skip (evict and re-draw them).', choices=_STALENESS)
-    max_policy_lag: int = option(8, 'Largest policy lag (learner version minus the version that '
-                                 'collected the data) that is not stale.', unit='versions',
-                                 low=0, high=_INT_MAX)
-    stale_weight: float = option(0.5, 'Importance-weight factor per version of lag beyond '
-                                 'max_policy_lag (staleness = weight).', low=0.0, high=1.0)
-    skip_redraws: int = option(4, 'Rounds of re-drawing stale samples (staleness = skip) before '
-                               'the rest are returned with weight 0.', unit='rounds',
-                               low=0, high=64)
-    seed: int = option(0, 'Seed of the sampling random generator.', low=0, high=_INT_MAX)
 
 
 # ====================================================================== segment trees

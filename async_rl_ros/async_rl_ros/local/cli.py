@@ -22,18 +22,17 @@ one line naming the key, its value and what is allowed, and exit with status 2.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-import dataclasses
 from pathlib import Path
 import sys
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, load_node_config
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
+                                      load_node_config, NODE_SECTIONS)
+from async_rl_ros.core.evaluation import run_episodes
 import numpy as np
 import yaml
 
-__all__ = ['main', 'default_config_path', 'parse_overrides', 'EpisodeStats', 'run_episodes']
+__all__ = ['main', 'default_config_path', 'parse_overrides', 'print_table']
 
 EXIT_CONFIG_ERROR = 2
 
@@ -65,66 +64,6 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-@dataclasses.dataclass
-class EpisodeStats:
-    """Summary of a batch of evaluation or demo episodes."""
-
-    episodes: int = 0
-    steps: int = 0
-    successes: int = 0
-    returns: list[float] = dataclasses.field(default_factory=list)
-    final_distances: list[float] = dataclasses.field(default_factory=list)
-    safety: Counter = dataclasses.field(default_factory=Counter)
-    seconds: float = 0.0
-
-    @property
-    def success_rate(self) -> float:
-        """Fraction of episodes that ended within the success distance."""
-        return self.successes / self.episodes if self.episodes else 0.0
-
-    def rows(self) -> list[tuple[str, str]]:
-        """Return ``(name, value)`` rows for a printed table."""
-        rate = self.steps / self.seconds if self.seconds > 0 else float('nan')
-        reasons = ', '.join(f'{k} {v}' for k, v in sorted(self.safety.items())) or 'none'
-        return [('episodes', f'{self.episodes}'), ('env steps', f'{self.steps}'),
-                ('success rate', f'{100.0 * self.success_rate:.1f} %'),
-                ('mean final distance', f'{np.mean(self.final_distances):.4f} m'),
-                ('mean return', f'{np.mean(self.returns):.2f}'),
-                ('env steps/s', f'{rate:.0f}'),
-                ('safety interventions', reasons)]
-
-
-def run_episodes(env, policy: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int,
-                 progress: bool = False) -> EpisodeStats:
-    """
-    Run ``episodes`` episodes of ``policy`` and collect statistics.
-
-    Success is judged at the end of the episode (final distance below the threshold).
-    """
-    from tqdm import tqdm
-
-    stats = EpisodeStats()
-    start = time.perf_counter()
-    bar = tqdm(range(episodes), desc='episodes', unit='ep', disable=not progress,
-               dynamic_ncols=True)
-    for ep in bar:
-        obs, info = env.reset(seed=seed + ep)
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(policy(obs))
-            total += reward
-            stats.steps += 1
-            stats.safety.update(info['safety'])
-            done = terminated or truncated
-        stats.episodes += 1
-        stats.successes += int(info['is_success'])
-        stats.returns.append(total)
-        stats.final_distances.append(info['distance'])
-        bar.set_postfix(success=f'{stats.success_rate:.2f}')
-    stats.seconds = time.perf_counter() - start
-    return stats
-
-
 def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     """Print a two-column table."""
     width = max(len(name) for name, _ in rows)
@@ -134,36 +73,85 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
         print(f'{name:<{width}}  {value}')
 
 
+def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """
+    Route ``--set`` keys to their node: ``learner.sac.gamma``, ``env_worker.task.control_hz``.
+
+    A key without a node prefix goes to the node that declares it (``env_worker`` first).
+    """
+    nodes: dict[str, dict[str, Any]] = {'env_worker': {}, 'learner': {}}
+    known = {node: {name for name, *_ in NODE_SECTIONS[node].options()} for node in nodes}
+    for key, value in overrides.items():
+        node, _, rest = key.partition('.')
+        if node in nodes and rest:
+            nodes[node][rest] = value
+        else:
+            owner = next((n for n in nodes if key in known[n]), 'env_worker')
+            nodes[owner][key] = value
+    return nodes
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='async-rl-train',
-        description='Run the simulated UR5 reach task without ROS.')
+        description='Train (or run a controller on) the simulated UR5 reach task, no ROS.')
     parser.add_argument('--config', type=Path, default=None,
                         help='ros__parameters YAML file (default: the shipped config/train.yaml)')
     parser.add_argument('--set', dest='overrides', action='append', default=[],
-                        metavar='KEY=VALUE', help='override one env_worker parameter, '
-                        'e.g. --set task.control_hz=50 (repeatable)')
-    parser.add_argument('--policy', choices=('scripted', 'random'), default='scripted',
-                        help='controller to run: a damped-least-squares reach controller or '
-                        'uniform random actions')
-    parser.add_argument('--episodes', type=int, default=20, help='number of episodes')
+                        metavar='KEY=VALUE', help='override one parameter, e.g. '
+                        '--set learner.total_env_steps=50000 or --set task.control_hz=50 '
+                        '(repeatable)')
+    parser.add_argument('--policy', choices=('sac', 'scripted', 'random'), default='sac',
+                        help='train SAC (default), or run a damped-least-squares reach '
+                        'controller or uniform random actions')
+    parser.add_argument('--steps', type=int, default=None,
+                        help='training budget in env steps (learner.total_env_steps)')
+    parser.add_argument('--resume', action='store_true',
+                        help='continue from the newest checkpoint of learner.checkpoint.directory')
+    parser.add_argument('--episodes', type=int, default=20,
+                        help='episodes to run (scripted/random) or to evaluate at the end (sac)')
     parser.add_argument('--render', action='store_true',
-                        help='open the PyBullet GUI to watch (needs a display)')
+                        help='open the PyBullet GUI to watch a controller (needs a display)')
     return parser
+
+
+def _load(args: argparse.Namespace) -> tuple[Path | None, EnvWorkerConfig, LearnerConfig]:
+    if args.episodes < 1:
+        raise ConfigError('--episodes', args.episodes, '>= 1')
+    if args.steps is not None and args.steps < 1:
+        raise ConfigError('--steps', args.steps, '>= 1')
+    path = args.config if args.config is not None else default_config_path()
+    overrides = split_overrides(parse_overrides(args.overrides))
+    if args.steps is not None:
+        overrides['learner']['total_env_steps'] = args.steps
+    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides['env_worker'])
+    learner_cfg = load_node_config(path, 'learner', LearnerConfig, overrides['learner'])
+    return path, env_cfg, learner_cfg
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``async-rl-train``; returns the process exit status."""
     args = _build_parser().parse_args(argv)
+    progress = sys.stderr.isatty()
     try:
-        if args.episodes < 1:
-            raise ConfigError('--episodes', args.episodes, '>= 1')
-        config_path = args.config if args.config is not None else default_config_path()
-        cfg = load_node_config(config_path, 'env_worker', EnvWorkerConfig,
-                               parse_overrides(args.overrides))
+        config_path, env_cfg, learner_cfg = _load(args)
+        if args.policy == 'sac':
+            from async_rl_ros.local.train import train
+            result = train(env_cfg, learner_cfg, resume=args.resume, progress=progress,
+                           eval_episodes=args.episodes)
+            rows = [('env steps', f'{result.env_steps}'), ('updates', f'{result.updates}'),
+                    ('wall time', f'{result.seconds:.0f} s'),
+                    ('stopped early (Ctrl-C)', 'yes' if result.interrupted else 'no')]
+            rows += [(f'eval {name}', value) for name, value in result.evaluation.rows()[:5]]
+            rows += [('checkpoint', result.checkpoint), ('policy (TorchScript)',
+                                                         str(result.policy)),
+                     ('learning curve', str(result.curve)),
+                     ('TensorBoard', f'tensorboard --logdir {result.log_dir}')]
+            print_table(f'UR5 reach, SAC single process (config: {config_path})', rows)
+            return 0
         from async_rl_ros.envs.reach_env import UR5ReachEnv
         from async_rl_ros.envs.scripted import ScriptedReachPolicy
-        env = UR5ReachEnv(cfg, render_mode='human' if args.render else None)
+        env = UR5ReachEnv(env_cfg, render_mode='human' if args.render else None)
     except ConfigError as exc:
         print(f'async-rl-train: configuration error: {exc}', file=sys.stderr)
         return EXIT_CONFIG_ERROR
@@ -171,9 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.policy == 'scripted':
             policy = ScriptedReachPolicy(np.asarray(env.speed))
         else:
-            env.action_space.seed(cfg.seed)
+            env.action_space.seed(env_cfg.seed)
             policy = (lambda _obs: env.action_space.sample())  # noqa: E731
-        stats = run_episodes(env, policy, args.episodes, cfg.seed, progress=sys.stderr.isatty())
+        stats = run_episodes(env, policy, args.episodes, env_cfg.seed, progress=progress)
     finally:
         env.close()
     print_table(f'UR5 reach, {args.policy} policy '

@@ -1,0 +1,95 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Run a policy for whole episodes and summarize them (evaluation, demos, benchmarks)."""
+
+from __future__ import annotations
+
+from collections import Counter
+import dataclasses
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ['EpisodeStats', 'run_episodes']
+
+
+@dataclasses.dataclass
+class EpisodeStats:
+    """Summary of a batch of episodes; success is judged at the end of each episode."""
+
+    episodes: int = 0
+    steps: int = 0
+    successes: int = 0
+    returns: list[float] = dataclasses.field(default_factory=list)
+    final_distances: list[float] = dataclasses.field(default_factory=list)
+    safety: Counter = dataclasses.field(default_factory=Counter)
+    seconds: float = 0.0
+
+    @property
+    def success_rate(self) -> float:
+        """Fraction of episodes that ended within the success distance."""
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @property
+    def mean_final_distance(self) -> float:
+        """Mean flange-to-target distance at the end of the episodes (m)."""
+        return float(np.mean(self.final_distances)) if self.final_distances else float('nan')
+
+    def rows(self) -> list[tuple[str, str]]:
+        """Return ``(name, value)`` rows for a printed table."""
+        rate = self.steps / self.seconds if self.seconds > 0 else float('nan')
+        reasons = ', '.join(f'{k} {v}' for k, v in sorted(self.safety.items())) or 'none'
+        return [('episodes', f'{self.episodes}'), ('env steps', f'{self.steps}'),
+                ('success rate', f'{100.0 * self.success_rate:.1f} %'),
+                ('mean final distance', f'{self.mean_final_distance:.4f} m'),
+                ('mean return', f'{np.mean(self.returns):.2f}'),
+                ('env steps/s', f'{rate:.0f}'),
+                ('safety interventions', reasons)]
+
+
+def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes: int,
+                 seed: int, progress: bool = False) -> EpisodeStats:
+    """
+    Run ``episodes`` episodes of ``policy`` on ``env`` and collect statistics.
+
+    :param env: a reach environment (its ``info`` carries ``distance``, ``is_success`` and
+        ``safety``).
+    :param policy: maps an observation to an action.
+    :param episodes: number of episodes; episode ``k`` is reset with seed ``seed + k``.
+    :param progress: show a progress bar.
+    """
+    from tqdm import tqdm
+
+    stats = EpisodeStats()
+    start = time.perf_counter()
+    bar = tqdm(range(episodes), desc='episodes', unit='ep', disable=not progress,
+               dynamic_ncols=True)
+    for ep in bar:
+        obs, info = env.reset(seed=seed + ep)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(policy(obs))
+            total += reward
+            stats.steps += 1
+            stats.safety.update(info.get('safety', ()))
+            done = terminated or truncated
+        stats.episodes += 1
+        stats.successes += int(info['is_success'])
+        stats.returns.append(total)
+        stats.final_distances.append(info['distance'])
+        bar.set_postfix(success=f'{stats.success_rate:.2f}')
+    stats.seconds = time.perf_counter() - start
+    return stats

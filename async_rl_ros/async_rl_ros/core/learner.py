@@ -1,0 +1,287 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The learner: one object owning SAC, the replay buffer, the normalizer and the counters.
+
+Transport-independent: the single-process trainer below, the local runner's learner process
+and the ROS 2 learner node all drive the same three calls --
+
+* :meth:`Learner.ingest` a batch of transitions (any thread);
+* :meth:`Learner.train_step` one gradient update (the training thread), returning metrics;
+* :meth:`Learner.policy_state` the weights and normalizer statistics workers act with.
+
+Observations are stored raw and normalized when sampled, with the statistics of that moment,
+so old and new transitions always reach the networks on the same scale; the statistics travel
+with the weights so that workers act on identically normalized inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable, Mapping
+
+from async_rl_ros.core.batch_sizer import BatchSizer, probe_for
+from async_rl_ros.core.checkpoint import (capture_rng_state, CheckpointManager,
+                                          restore_rng_state, unpack_replay_buffer)
+from async_rl_ros.core.config import LearnerConfig
+from async_rl_ros.core.doctor import Doctor, finite_rows, ParamDeltaTracker
+from async_rl_ros.core.normalizer import RunningNormalizer
+from async_rl_ros.core.replay import ReplayBuffer
+from async_rl_ros.core.sac import SAC
+import numpy as np
+import torch
+
+__all__ = ['Learner', 'EpisodeTracker']
+
+
+class Learner:
+    """
+    SAC with count-aware prioritized replay, guarded by the training doctor.
+
+    :param cfg: learner configuration.
+    :param obs_dim: observation width.
+    :param act_dim: action width (actions in [-1, 1]).
+    """
+
+    def __init__(self, cfg: LearnerConfig, obs_dim: int, act_dim: int):
+        self.cfg = cfg
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.sac = SAC(obs_dim, act_dim, cfg.sac)
+        self.device = self.sac.device
+        self.doctor = Doctor(cfg.doctor, knobs=self.sac)
+        self.sac.guard = self.doctor.step_ok
+        self.replay = ReplayBuffer(cfg.replay, obs_dim, act_dim,
+                                   rng=np.random.default_rng(cfg.seed + 1))
+        self.normalizer = RunningNormalizer(obs_dim)
+        self.batch_sizer = BatchSizer(cfg.batch, probe_for(self.device), device=self.device)
+        self.checkpoints = CheckpointManager.from_config(cfg.checkpoint)
+        self._delta = ParamDeltaTracker(self.sac.actor.parameters())
+        self._lock = threading.Lock()  # normalizer statistics and counters
+        self.policy_version = 0      # bumped by whoever publishes weights
+        self.env_steps = 0           # transitions ingested
+        self.rejected_rows = 0       # transitions dropped for non-finite values
+        self.updates = 0
+
+    # ------------------------------------------------------------------ data in
+    def ingest(self, batch: Mapping[str, np.ndarray]) -> int:
+        """
+        Add a batch of transitions; safe from any thread.
+
+        The batch holds ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``,
+        ``truncated``, ``policy_version`` and ``worker_id`` with a leading batch dimension.
+        Rows with non-finite numbers are dropped and counted.
+
+        :returns: the number of transitions stored.
+        """
+        keep = np.asarray(finite_rows(batch), dtype=bool)
+        if not keep.all():
+            batch = {k: np.asarray(v)[keep] if np.ndim(v) else v for k, v in batch.items()}
+        n = int(keep.sum())
+        with self._lock:
+            self.rejected_rows += int(keep.size - n)
+            if n == 0:
+                return 0
+            self.normalizer.update(batch['obs'])
+            self.env_steps += n
+            version = self.policy_version
+        self.replay.extend(batch)
+        workers = np.broadcast_to(np.asarray(batch['worker_id']), (n,))
+        rewards = np.asarray(batch['reward'], dtype=np.float64).reshape(n)
+        for worker in np.unique(workers):
+            self.doctor.observe_rewards(int(worker), rewards[workers == worker])
+        lags = version - np.broadcast_to(np.asarray(batch['policy_version']), (n,))
+        self.doctor.observe_lag(lags)
+        return n
+
+    def ready(self) -> bool:
+        """Return whether enough transitions arrived to start updating."""
+        return len(self.replay) >= max(self.cfg.learning_starts, self.batch_sizer.batch_size)
+
+    # ------------------------------------------------------------------ update
+    def train_step(self) -> dict[str, float]:
+        """
+        Sample, update SAC, refresh priorities; return the step's metrics.
+
+        A CUDA out-of-memory error halves the batch and retries the same step; a non-finite
+        batch, loss or gradient skips the step (the doctor restores the last good state).
+        """
+        self.doctor.begin_step(self.updates)
+        self.batch_sizer.maybe_adjust()
+        measure = self.doctor.update_ratio_due()
+        if measure:
+            self._delta.capture()
+        metrics = self.batch_sizer.run_with_oom_retry(self._update)
+        if measure:
+            self.doctor.observe_update_ratio(self._delta.ratio(), 'actor')
+        if 'losses/entropy' in metrics:
+            self.doctor.observe_entropy(metrics['losses/entropy'])
+        self.doctor.remember({'actor': self.sac.actor, 'critic': self.sac.critic,
+                              'critic_target': self.sac.critic_target},
+                             {'actor': self.sac.actor_optimizer,
+                              'critic': self.sac.critic_optimizer,
+                              'alpha': self.sac.alpha_optimizer},
+                             {'log_alpha': self.sac.log_alpha})
+        self.updates += 1
+        metrics['charts/batch_size'] = float(self.batch_sizer.batch_size)
+        return metrics
+
+    def _update(self, batch_size: int) -> dict[str, float]:
+        indices, batch, info = self.replay.sample(batch_size, learner_version=self.policy_version)
+        with self._lock:
+            mean, std = self.normalizer.mean, self.normalizer.std
+        clip = self.normalizer.clip
+        tensors = {
+            'obs': np.clip((batch['obs'] - mean) / std, -clip, clip),
+            'next_obs': np.clip((batch['next_obs'] - mean) / std, -clip, clip),
+            'action': batch['action'], 'reward': batch['reward'],
+            'terminated': batch['terminated'],
+        }
+        tensors = {k: torch.as_tensor(np.asarray(v, dtype=np.float32), device=self.device)
+                   for k, v in tensors.items()}
+        if not self.doctor.batch_ok(tensors):
+            return {'doctor/skipped': 1.0}
+        weights = torch.as_tensor(info['weights'], device=self.device)
+        metrics, td_abs = self.sac.update(tensors, weights)
+        if not metrics.get('doctor/skipped'):
+            self.replay.update_priority(indices, td_abs, insert_ids=info['insert_ids'])
+        metrics['replay/mean_weight'] = float(np.mean(info['weights']))
+        metrics['replay/mean_policy_lag'] = float(np.mean(info['policy_lag']))
+        return metrics
+
+    # ------------------------------------------------------------------ policy out
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """Return an action for one raw observation (single-process use)."""
+        with self._lock:
+            z = self.normalizer.normalize(obs)
+        x = torch.as_tensor(z, device=self.device).unsqueeze(0)
+        return self.sac.actor.act(x, deterministic=deterministic)[0].cpu().numpy()
+
+    def policy_state(self) -> dict[str, Any]:
+        """
+        Return what a worker needs to act: actor weights (CPU), normalizer stats, version.
+
+        Non-finite weights are never handed out: the doctor refuses them (returns ``None``).
+        """
+        if not self.doctor.publish_ok(self.sac.actor):
+            return None
+        with self._lock:
+            mean, std = self.normalizer.stats()
+            version = self.policy_version
+        actor = {k: v.detach().cpu().clone() for k, v in self.sac.actor.state_dict().items()}
+        return {'actor': actor, 'obs_mean': mean, 'obs_std': std,
+                'obs_clip': self.normalizer.clip, 'version': version}
+
+    def export_policy(self) -> torch.nn.Module:
+        """Return the deterministic policy with its normalization, ready for TorchScript."""
+        with self._lock:
+            mean, std = self.normalizer.stats()
+        policy = self.sac.export_policy(torch.as_tensor(mean), torch.as_tensor(std))
+        policy.set_normalization(None, None, self.normalizer.clip)
+        return policy.cpu().eval()
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Return the complete training state (without the replay buffer)."""
+        return {
+            'sac': self.sac.state_dict(),
+            'normalizer': self.normalizer.state_dict(),
+            'counters': {'policy_version': self.policy_version, 'env_steps': self.env_steps,
+                         'updates': self.updates, 'rejected_rows': self.rejected_rows,
+                         'batch_size': self.batch_sizer.batch_size},
+            'rng': capture_rng_state({'learner': self.rng}),
+            'config': self.cfg.to_flat(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` (and the replay buffer if it was saved)."""
+        self.sac.load_state_dict(state['sac'])
+        self.normalizer.load_state_dict(state['normalizer'])
+        counters = state['counters']
+        self.policy_version = int(counters['policy_version'])
+        self.env_steps = int(counters['env_steps'])
+        self.updates = int(counters['updates'])
+        self.rejected_rows = int(counters['rejected_rows'])
+        self.batch_sizer.batch_size = int(counters['batch_size'])
+        restore_rng_state(state['rng'], {'learner': self.rng})
+        if state.get('replay_buffer') is not None:
+            self.replay.load_state_dict(unpack_replay_buffer(state['replay_buffer']))
+
+    def save_checkpoint(self, extra: Mapping[str, Any] | None = None) -> str:
+        """Write an atomic checkpoint; returns its path."""
+        state = self.state_dict()
+        state.update(extra or {})
+        replay = self.replay if self.cfg.checkpoint.save_replay_buffer else None
+        return str(self.checkpoints.save(state, self.updates, replay_buffer=replay))
+
+    def resume(self) -> dict[str, Any] | None:
+        """Load the newest checkpoint of the configured directory, if any; return its state."""
+        if self.checkpoints.latest() is None:
+            return None
+        state = self.checkpoints.load()
+        self.load_state_dict(state)
+        return state
+
+    def metrics(self) -> dict[str, float]:
+        """Return counters and the doctor's and batch sizer's metrics."""
+        out = {'charts/env_steps': float(self.env_steps), 'charts/updates': float(self.updates),
+               'charts/policy_version': float(self.policy_version),
+               'charts/replay_size': float(len(self.replay)),
+               'doctor/rejected_rows': float(self.rejected_rows)}
+        out.update(self.doctor.metrics())
+        out.update(self.batch_sizer.metrics())
+        return out
+
+
+class EpisodeTracker:
+    """
+    Turn a stream of steps into per-episode metrics (``charts/episodic_return`` ...).
+
+    :param window: episodes averaged for ``charts/success_rate``.
+    """
+
+    def __init__(self, window: int = 50):
+        self.window = window
+        self.returns: list[float] = []
+        self.successes: list[bool] = []
+        self.final_distances: list[float] = []
+        self._return = 0.0
+        self._length = 0
+
+    def step(self, reward: float, done: bool, info: Mapping[str, Any],
+             emit: Callable[[dict[str, float]], None] | None = None) -> None:
+        """Account one step; on episode end, record it and pass its metrics to ``emit``."""
+        self._return += float(reward)
+        self._length += 1
+        if not done:
+            return
+        self.returns.append(self._return)
+        self.successes.append(bool(info.get('is_success', False)))
+        self.final_distances.append(float(info.get('distance', math.nan)))
+        if emit is not None:
+            emit({'charts/episodic_return': self._return,
+                  'charts/episodic_length': float(self._length),
+                  'charts/success_rate': self.success_rate,
+                  'charts/final_distance': self.final_distances[-1]})
+        self._return, self._length = 0.0, 0
+
+    @property
+    def success_rate(self) -> float:
+        """Return the success rate of the last ``window`` episodes (0 before any)."""
+        recent = self.successes[-self.window:]
+        return sum(recent) / len(recent) if recent else 0.0

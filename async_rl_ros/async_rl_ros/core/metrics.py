@@ -1,0 +1,102 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Metric sinks: TensorBoard event files, an in-memory history and the learning-curve PNG."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+import math
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ['MetricsLogger', 'plot_learning_curve']
+
+
+class MetricsLogger:
+    """
+    Write scalar metrics to TensorBoard (``torch.utils.tensorboard``) and keep a history.
+
+    :param log_dir: directory of the event files; ``None`` keeps the history only.
+    """
+
+    def __init__(self, log_dir: str | Path | None = None):
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self._writer = None
+        if self.log_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._writer = SummaryWriter(str(self.log_dir))
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Record every finite scalar of ``metrics`` at ``step`` (env steps)."""
+        for name, value in metrics.items():
+            value = float(value)
+            if not math.isfinite(value):
+                continue
+            self.history[name].append((int(step), value))
+            if self._writer is not None:
+                self._writer.add_scalar(name, value, int(step))
+
+    def last(self, name: str, default: float = math.nan) -> float:
+        """Return the newest value of a metric."""
+        values = self.history.get(name)
+        return values[-1][1] if values else default
+
+    def close(self) -> None:
+        """Flush and close the event files."""
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            self._writer = None
+
+
+def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: str | Path,
+                        title: str = 'UR5 reach') -> Path:
+    """
+    Save a PNG of success rate, episodic return and final distance against env steps.
+
+    :param history: ``MetricsLogger.history`` (uses ``eval/*`` when present, else
+        ``charts/*``).
+    :param path: where to write the PNG.
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    panels = [('success_rate', 'success rate', (0.0, 1.02)),
+              ('episodic_return', 'episodic return', None),
+              ('final_distance', 'final distance (m)', None)]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, (name, label, ylim) in zip(axes, panels):
+        for prefix, style in (('charts', '-'), ('eval', 'o-')):
+            points = history.get(f'{prefix}/{name}', [])
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, values, style, label=prefix, markersize=3,
+                        alpha=0.6 if prefix == 'charts' else 1.0)
+        ax.set_xlabel('env steps')
+        ax.set_ylabel(label)
+        if ylim:
+            ax.set_ylim(*ylim)
+        ax.grid(alpha=0.3)
+        ax.legend(loc='best', fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,405 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Soft Actor-Critic learner with automatic temperature.
+
+Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (arXiv:1812.05905),
+with clipped double Q (Fujimoto et al. 2018, "Addressing Function Approximation Error in
+Actor-Critic Methods"). One :meth:`SAC.update` is one gradient step of the critics, then (every
+``policy_frequency`` steps) of the actor and the temperature, then the Polyak target update.
+
+Conventions:
+
+* a batch is ``{'obs', 'action', 'reward', 'next_obs', 'terminated'}`` of tensors already on
+  :attr:`SAC.device`; ``terminated`` is 1.0 only where the MDP really ended. A time-limit
+  truncation is *not* a termination: the target still bootstraps from ``next_obs``;
+* importance weights (prioritized replay) multiply each sample's squared TD error; pass them
+  normalized (e.g. divided by their maximum);
+* the returned ``td_abs`` is the mean over the two critics of ``|Q_i(s, a) - y|``, detached.
+
+:meth:`SAC.update` does no I/O and synchronizes with the device once for its metrics (and once
+per optimizer step when a guard is installed, since a guard returns a Python bool).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Callable, Mapping, Sequence
+import warnings
+
+from async_rl_ros.core.config import ConfigError, SACConfig
+from async_rl_ros.core.networks import Actor, PolicyForExport, TwinQ
+import torch
+from torch import nn
+
+__all__ = ['POLICY_REG_BASE', 'Guard', 'SACConfig', 'SAC', 'finite_guard', 'resolve_device']
+
+# Weight the policy regularization starts from when a doctor first scales it up from 0.
+POLICY_REG_BASE = 0.1
+
+Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor]], bool]
+
+
+def resolve_device(name: str) -> torch.device:
+    """
+    Turn ``'auto' | 'cpu' | 'cuda'`` into a device.
+
+    :param name: the configured device.
+    :returns: CUDA for ``'auto'`` when available, else CPU.
+    """
+    if name == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if name == 'cuda' and not torch.cuda.is_available():
+        raise ConfigError('device', name, 'a device that exists (CUDA is not available)')
+    return torch.device(name)
+
+
+def finite_guard(losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor]) -> bool:
+    """
+    Accept a step only if every loss and every gradient is finite (the default guard).
+
+    :param losses: the losses of the step.
+    :param parameters: the parameters the step would change.
+    :returns: whether to apply the step.
+    """
+    checks = [loss.detach().reshape(-1) for loss in losses.values()]
+    checks += [p.grad.detach().norm().reshape(1) for p in parameters if p.grad is not None]
+    return bool(torch.isfinite(torch.cat(checks)).all()) if checks else True
+
+
+def _grad_norm(parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Return the global gradient norm, clipping the gradients to ``max_norm`` (0 = no clip)."""
+    return nn.utils.clip_grad_norm_(parameters, max_norm if max_norm > 0 else math.inf)
+
+
+class SAC:
+    """
+    Actor, twin critics, target critics, temperature and their optimizers.
+
+    :param obs_dim: observation width (observations arrive normalized).
+    :param act_dim: action width; actions lie in [-1, 1].
+    :param cfg: hyper-parameters; defaults when omitted.
+    :param guard: called after each backward and before the optimizer step with the step's
+        losses and parameters; returning False skips the step. ``None`` disables the check.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: SACConfig | None = None,
+                 guard: Guard | None = finite_guard):
+        cfg = cfg if cfg is not None else SACConfig()
+        cfg.validate()
+        self.cfg = cfg
+        self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
+        self.device = resolve_device(cfg.device)
+        self.guard = guard
+        self.actor = Actor(obs_dim, act_dim, cfg.hidden).to(self.device)
+        self.critic = TwinQ(obs_dim, act_dim, cfg.hidden).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device,
+                                      requires_grad=True)
+        self.target_entropy = cfg.target_entropy(act_dim)
+        fused = {'fused': True} if self.device.type == 'cuda' else {}
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr,
+                                                **fused)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr,
+                                                 **fused)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, **fused)
+        self.policy_reg_weight = float(cfg.policy_reg_weight)
+        self.reference_policy: PolicyForExport | None = None
+        self.num_updates = 0
+        self.num_actor_updates = 0
+        self.num_skipped = 0
+        self._actor_metrics: dict[str, float] = {}
+        self.compiled = (cfg.compile != 'off' and self.device.type == 'cuda'
+                         and hasattr(torch, 'compile'))
+        self._critic_fn: Callable[..., Any] = self._critic_losses
+        self._actor_fn: Callable[..., Any] = self._actor_losses
+        if self.compiled:
+            self._critic_fn = torch.compile(self._critic_losses, mode=cfg.compile_mode)
+            self._actor_fn = torch.compile(self._actor_losses, mode=cfg.compile_mode)
+
+    # ------------------------------------------------------------------ losses (pure tensors)
+    def _critic_losses(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+                       next_obs: torch.Tensor, terminated: torch.Tensor, weights: torch.Tensor,
+                       noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.no_grad():
+            next_action, next_log_prob, _ = self.actor.sample(next_obs, noise)
+            # Clipped double Q: the smaller target critic (Fujimoto et al. 2018).
+            next_q = self.critic_target.q_values(next_obs, next_action).min(dim=0).values
+            # Soft value V(s') = Q(s', a') - alpha log pi(a'|s') (Haarnoja et al. 2018, eq. 3).
+            soft_value = next_q - self.log_alpha.exp() * next_log_prob
+            target = reward + self.cfg.gamma * (1.0 - terminated) * soft_value
+        q = self.critic.q_values(obs, action)  # (2, B)
+        td = q - target
+        per_q_loss = (weights * td.pow(2)).mean(dim=1)  # importance-weighted MSE of each critic
+        td_abs = td.detach().abs().mean(dim=0)
+        return per_q_loss.sum(), per_q_loss[0], per_q_loss[1], q[0].detach().mean(), td_abs
+
+    def _actor_losses(self, obs: torch.Tensor, noise: torch.Tensor, reg_weight: torch.Tensor,
+                      use_reg: bool) -> tuple[torch.Tensor, ...]:
+        action, log_prob, mean_action = self.actor.sample(obs, noise)
+        q = self.critic.q_values(obs, action).min(dim=0).values
+        # Policy loss E[alpha log pi(a|s) - Q(s, a)] (Haarnoja et al. 2018, eq. 7).
+        actor_loss = (self.log_alpha.detach().exp() * log_prob - q).mean()
+        total = actor_loss
+        reg = torch.zeros((), device=obs.device)
+        if use_reg:
+            with torch.no_grad():
+                reference = self.reference_policy(obs)
+            reg = (mean_action - reference).pow(2).sum(dim=-1).mean()
+            total = actor_loss + reg_weight * reg
+        # Temperature loss E[-alpha (log pi + target entropy)] (Haarnoja et al. 2018, eq. 18).
+        alpha_loss = -(self.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
+        return total, actor_loss, alpha_loss, -log_prob.detach().mean(), reg
+
+    def _call(self, name: str, *args: Any) -> tuple[torch.Tensor, ...]:
+        """Run a loss function, compiled when enabled; 'auto' falls back to eager on failure."""
+        fn = self._critic_fn if name == 'critic' else self._actor_fn
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: B902 -- any compiler failure
+            if not self.compiled or self.cfg.compile != 'auto':
+                raise
+            warnings.warn(f'torch.compile failed ({exc!r}); SAC falls back to eager')
+            self.compiled = False
+            self._critic_fn, self._actor_fn = self._critic_losses, self._actor_losses
+            return self._call(name, *args)
+
+    def _step(self, optimizers: Sequence[torch.optim.Optimizer], parameters: list[torch.Tensor],
+              clipped: list[torch.Tensor], losses: dict[str, torch.Tensor],
+              guard: Guard | None) -> tuple[bool, torch.Tensor]:
+        """Apply one optimizer step unless the guard refuses it; return (applied, grad norm)."""
+        if guard is not None and not guard(losses, parameters):
+            norm = _grad_norm(clipped, 0.0)
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=True)
+            return False, norm
+        norm = _grad_norm(clipped, self.cfg.grad_clip_norm)
+        for optimizer in optimizers:
+            optimizer.step()
+        return True, norm
+
+    # ------------------------------------------------------------------ update
+    def update(self, batch: Mapping[str, torch.Tensor], weights: torch.Tensor | None = None,
+               guard: Guard | None = None) -> tuple[dict[str, float], torch.Tensor]:
+        """
+        Take one SAC gradient step on a batch.
+
+        :param batch: ``obs``, ``action``, ``reward``, ``next_obs`` and ``terminated`` (0/1
+            float) tensors on :attr:`device`, with batch size B as leading dimension.
+        :param weights: per-sample importance weights of shape ``(B,)``; ``None`` means 1.
+        :param guard: overrides :attr:`guard` for this call.
+        :returns: ``(metrics, td_abs)``: scalar metrics (``losses/...``, ``doctor/skipped``)
+            and the detached per-sample ``|TD|`` of shape ``(B,)`` for priority updates.
+        """
+        guard = guard if guard is not None else self.guard
+        obs, action, next_obs = batch['obs'], batch['action'], batch['next_obs']
+        reward = batch['reward'].reshape(-1).to(obs.dtype)
+        terminated = batch['terminated'].reshape(-1).to(obs.dtype)
+        size = obs.shape[0]
+        weights = (torch.ones(size, device=obs.device) if weights is None
+                   else weights.reshape(-1).to(obs.dtype))
+        if self.compiled:
+            torch.compiler.cudagraph_mark_step_begin()
+
+        # Critic step.
+        noise = torch.randn(size, self.act_dim, device=obs.device)
+        qf_loss, qf1_loss, qf2_loss, q1_mean, td_abs = self._call(
+            'critic', obs, action, reward, next_obs, terminated, weights, noise)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        qf_loss.backward()
+        critic_params = list(self.critic.parameters())
+        critic_ok, critic_norm = self._step(
+            [self.critic_optimizer], critic_params, critic_params,
+            {'qf1_loss': qf1_loss, 'qf2_loss': qf2_loss}, guard)
+        skipped = not critic_ok
+
+        # Actor and temperature steps, delayed and repeated policy_frequency times.
+        frequency = self.cfg.policy_frequency
+        actor_tensors: dict[str, torch.Tensor] = {}
+        if self.num_updates % frequency == 0:
+            # The weight enters as a tensor so that a doctor changing it never recompiles.
+            use_reg = self.reference_active
+            reg_weight = torch.tensor(self.policy_reg_weight, device=obs.device)
+            actor_params = list(self.actor.parameters())
+            for _ in range(frequency):
+                noise = torch.randn(size, self.act_dim, device=obs.device)
+                total, actor_loss, alpha_loss, entropy, reg = self._call(
+                    'actor', obs, noise, reg_weight, use_reg)
+                self.actor_optimizer.zero_grad(set_to_none=True)
+                self.alpha_optimizer.zero_grad(set_to_none=True)
+                (total + alpha_loss).backward()
+                actor_ok, actor_norm = self._step(
+                    [self.actor_optimizer, self.alpha_optimizer], actor_params + [self.log_alpha],
+                    actor_params, {'actor_loss': total, 'alpha_loss': alpha_loss}, guard)
+                skipped = skipped or not actor_ok
+                self.num_actor_updates += int(actor_ok)
+                actor_tensors = {'losses/actor_loss': actor_loss.detach(),
+                                 'losses/alpha_loss': alpha_loss.detach(),
+                                 'losses/entropy': entropy, 'losses/grad_norm_actor': actor_norm}
+                if use_reg:
+                    actor_tensors['losses/policy_reg'] = reg.detach()
+
+        # Polyak averaging of the target critics: target <- tau online + (1 - tau) target.
+        if critic_ok and self.num_updates % self.cfg.target_network_frequency == 0:
+            with torch.no_grad():
+                for target, online in zip(self.critic_target.parameters(), critic_params):
+                    target.lerp_(online, self.cfg.tau)
+        # Drop every gradient now: under CUDA graphs they alias memory the next replay reuses.
+        for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer):
+            optimizer.zero_grad(set_to_none=True)
+        self.num_updates += 1
+        self.num_skipped += int(skipped)
+
+        # One device synchronization for every scalar metric. Between actor steps the actor
+        # metrics of the last one are repeated (kept as floats: under CUDA graphs, tensors
+        # from an earlier update would alias overwritten memory).
+        tensors = {'losses/qf1_loss': qf1_loss.detach(), 'losses/qf2_loss': qf2_loss.detach(),
+                   'losses/qf1_values': q1_mean, 'losses/grad_norm_critic': critic_norm,
+                   'losses/alpha': self.log_alpha.detach().exp(), **actor_tensors}
+        values = torch.stack([t.float().reshape(()) for t in tensors.values()]).tolist()
+        metrics = dict(zip(tensors, values))
+        if actor_tensors:
+            self._actor_metrics = {k: metrics[k] for k in actor_tensors}
+        metrics.update({k: v for k, v in self._actor_metrics.items() if k not in metrics})
+        metrics['doctor/skipped'] = float(skipped)
+        return metrics, td_abs.clone() if self.compiled else td_abs
+
+    # ------------------------------------------------------------------ knobs (training doctor)
+    def scale_learning_rate(self, factor: float) -> None:
+        """
+        Multiply the learning rate of every optimizer.
+
+        :param factor: strictly positive multiplier.
+        """
+        _check_factor(factor, strict=True)
+        for optimizer in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
+            for group in optimizer.param_groups:
+                group['lr'] = group['lr'] * factor
+
+    def scale_temperature(self, factor: float) -> None:
+        """
+        Multiply the temperature alpha (``log_alpha += log(factor)``).
+
+        :param factor: strictly positive multiplier.
+        """
+        _check_factor(factor, strict=True)
+        with torch.no_grad():
+            self.log_alpha.add_(math.log(factor))
+
+    def scale_policy_regularization(self, factor: float) -> None:
+        """
+        Multiply the policy regularization weight, starting from :data:`POLICY_REG_BASE` if 0.
+
+        :param factor: non-negative multiplier (0 turns the term off).
+        """
+        _check_factor(factor, strict=False)
+        if self.policy_reg_weight == 0.0:
+            self.policy_reg_weight = POLICY_REG_BASE
+        self.policy_reg_weight *= factor
+
+    def set_reference_policy(self, state: Mapping[str, torch.Tensor] | None) -> None:
+        """
+        Set the policy whose mean action the regularization pulls the actor towards.
+
+        The term is active when a reference is set and :attr:`policy_reg_weight` is positive.
+
+        :param state: an :class:`Actor` or :class:`PolicyForExport` state dict (its trunk and
+            mean head are used, never its normalization), or ``None`` to remove the reference.
+        """
+        if state is None:
+            self.reference_policy = None
+            return
+        if self.reference_policy is None:
+            policy = PolicyForExport(self.obs_dim, self.act_dim, self.cfg.hidden)
+            self.reference_policy = policy.to(self.device).requires_grad_(False)
+        # Copied in place: a compiled update keeps the same tensors (no re-capture).
+        self.reference_policy.load_actor_state_dict(state)
+
+    @property
+    def reference_active(self) -> bool:
+        """Tell whether the policy regularization term is computed."""
+        return self.reference_policy is not None and self.policy_reg_weight > 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Return the current temperature alpha."""
+        return float(self.log_alpha.detach().exp())
+
+    def export_policy(self, obs_mean: torch.Tensor | None = None,
+                      obs_std: torch.Tensor | None = None) -> PolicyForExport:
+        """
+        Return a CPU copy of the deterministic policy for workers (see :class:`PolicyForExport`).
+
+        :param obs_mean: observation mean the workers subtract (default 0).
+        :param obs_std: observation scale the workers divide by (default 1).
+        :returns: a TorchScript-compatible module.
+        """
+        return self.actor.deterministic_policy(obs_mean, obs_std)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """
+        Return everything needed to resume training.
+
+        :returns: networks, targets, optimizers, temperature, regularization and counters.
+        """
+        return {
+            'dims': {'obs_dim': self.obs_dim, 'act_dim': self.act_dim,
+                     'hidden': list(self.cfg.hidden)},
+            'actor': self.actor.state_dict(),
+            'critic': self.critic.state_dict(),
+            'critic_target': self.critic_target.state_dict(),
+            'log_alpha': self.log_alpha.detach().clone(),
+            'actor_optimizer': self.actor_optimizer.state_dict(),
+            'critic_optimizer': self.critic_optimizer.state_dict(),
+            'alpha_optimizer': self.alpha_optimizer.state_dict(),
+            'policy_reg_weight': self.policy_reg_weight,
+            'reference_policy': (None if self.reference_policy is None
+                                 else self.reference_policy.state_dict()),
+            'counters': {'num_updates': self.num_updates,
+                         'num_actor_updates': self.num_actor_updates,
+                         'num_skipped': self.num_skipped},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """
+        Restore a :meth:`state_dict` (tensors are moved to :attr:`device`).
+
+        :param state: a dict made by :meth:`state_dict` of a SAC with the same dimensions.
+        """
+        dims = {'obs_dim': self.obs_dim, 'act_dim': self.act_dim, 'hidden': list(self.cfg.hidden)}
+        if dict(state['dims']) != dims:
+            raise ValueError(f'checkpoint dimensions {state["dims"]} differ from {dims}')
+        self.actor.load_state_dict(state['actor'])
+        self.critic.load_state_dict(state['critic'])
+        self.critic_target.load_state_dict(state['critic_target'])
+        with torch.no_grad():
+            self.log_alpha.copy_(state['log_alpha'])
+        self.actor_optimizer.load_state_dict(state['actor_optimizer'])
+        self.critic_optimizer.load_state_dict(state['critic_optimizer'])
+        self.alpha_optimizer.load_state_dict(state['alpha_optimizer'])
+        self.policy_reg_weight = float(state['policy_reg_weight'])
+        self.set_reference_policy(state['reference_policy'])
+        counters = state['counters']
+        self.num_updates = int(counters['num_updates'])
+        self.num_actor_updates = int(counters['num_actor_updates'])
+        self.num_skipped = int(counters['num_skipped'])
+
+
+def _check_factor(factor: float, strict: bool) -> None:
+    if not math.isfinite(factor) or factor < 0 or (strict and factor == 0):
+        raise ValueError(f'scale factor must be {"> 0" if strict else ">= 0"} and finite, '
+                         f'got {factor}')

@@ -1,0 +1,415 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tests of the SAC networks and learner (tiny networks, CPU, a few seconds in all)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from async_rl_ros.core.config import ConfigError
+from async_rl_ros.core.networks import Actor, PolicyForExport, TwinQ
+from async_rl_ros.core.sac import finite_guard, POLICY_REG_BASE, SAC, SACConfig
+import pytest
+import torch
+from torch import distributions as D
+
+torch.set_num_threads(1)
+
+OBS, ACT = 5, 3
+TINY = {'device': 'cpu', 'hidden_sizes': [32, 32]}
+
+EXPECTED_METRICS = {'losses/qf1_loss', 'losses/qf2_loss', 'losses/qf1_values',
+                    'losses/actor_loss', 'losses/alpha', 'losses/alpha_loss', 'losses/entropy',
+                    'losses/grad_norm_critic', 'losses/grad_norm_actor', 'doctor/skipped'}
+
+
+def make_sac(seed: int = 0, **overrides) -> SAC:
+    """Build a tiny CPU SAC with some configuration keys changed."""
+    torch.manual_seed(seed)
+    return SAC(OBS, ACT, SACConfig.from_flat({**TINY, **overrides}))
+
+
+def make_batch(size: int = 16, seed: int = 1, terminated: float | None = None) -> dict:
+    """Return a random batch; ``terminated`` forces every flag when given."""
+    gen = torch.Generator().manual_seed(seed)
+    done = (torch.rand(size, generator=gen) < 0.3).float()
+    return {'obs': torch.randn(size, OBS, generator=gen),
+            'action': torch.rand(size, ACT, generator=gen) * 2 - 1,
+            'reward': torch.randn(size, generator=gen),
+            'next_obs': torch.randn(size, OBS, generator=gen),
+            'terminated': done if terminated is None else torch.full((size,), terminated)}
+
+
+def snapshot(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Copy every parameter of a module."""
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    """Tell whether two parameter lists are exactly equal."""
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------------- configuration
+def test_config_defaults_and_validation():
+    cfg = SACConfig()
+    cfg.validate()
+    assert cfg.hidden == (256, 256)
+    assert cfg.target_entropy(6) == -6.0
+    assert SACConfig.from_flat({'hidden_sizes': [64.0, 32.0]}).hidden == (64, 32)
+    for bad in ({'hidden_sizes': [1.5]}, {'hidden_sizes': []}, {'tau': 0.0},
+                {'compile': 'yes'}, {'device': 'tpu'}, {'gamma': 1.5}):
+        with pytest.raises(ConfigError):
+            SACConfig.from_flat(bad)
+
+
+# ---------------------------------------------------------------------- networks
+def test_actor_shapes_and_ranges():
+    torch.manual_seed(0)
+    actor = Actor(OBS, ACT, (32, 32))
+    obs = 100.0 * torch.randn(64, OBS)  # large inputs drive tanh into saturation
+    action, log_prob, det = actor.sample(obs)
+    assert action.shape == (64, ACT) and log_prob.shape == (64,) and det.shape == (64, ACT)
+    assert action.abs().max() <= 1.0 and det.abs().max() <= 1.0
+    assert torch.isfinite(log_prob).all()
+    mean, log_std = actor(obs)
+    assert log_std.min() >= -5.0 and log_std.max() <= 2.0
+    assert torch.equal(det, torch.tanh(mean))
+    assert torch.equal(actor.act(obs, deterministic=True), det)
+    assert actor.act(obs[0]).shape == (ACT,)
+
+
+def test_tanh_log_prob_matches_torch_distributions():
+    torch.manual_seed(0)
+    actor = Actor(OBS, ACT, (32, 32)).double()
+    obs = 3.0 * torch.randn(256, OBS, dtype=torch.float64)
+    noise = torch.randn(256, ACT, dtype=torch.float64)
+    action, log_prob, _ = actor.sample(obs, noise)
+    mean, log_std = actor(obs)
+    pre_tanh = mean + log_std.exp() * noise
+    base = D.Normal(mean, log_std.exp())
+    expected = (base.log_prob(pre_tanh)
+                - D.TanhTransform().log_abs_det_jacobian(pre_tanh, action)).sum(-1)
+    torch.testing.assert_close(log_prob, expected)
+    # Independent check of the Jacobian term: central finite differences of tanh, on the rows
+    # far enough from saturation for the difference not to underflow.
+    h = 1e-6
+    slope = (torch.tanh(pre_tanh + h) - torch.tanh(pre_tanh - h)) / (2 * h)
+    rows = (pre_tanh.abs() < 5.0).all(dim=-1)
+    assert rows.sum() > 100
+    numeric = (base.log_prob(pre_tanh) - torch.log(slope)).sum(-1)
+    torch.testing.assert_close(log_prob[rows], numeric[rows], rtol=1e-6, atol=1e-6)
+
+
+def test_twin_q_matches_two_separate_mlps():
+    torch.manual_seed(0)
+    critic = TwinQ(OBS, ACT, (16, 8))
+    obs, act = torch.randn(10, OBS), torch.rand(10, ACT) * 2 - 1
+    q1, q2 = critic(obs, act)
+    assert q1.shape == q2.shape == (10,)
+    x = torch.cat([obs, act], -1)
+    for i, q in enumerate((q1, q2)):
+        h = x
+        for layer in critic.layers:
+            h = torch.relu(h @ layer.weight[i] + layer.bias[i])
+        torch.testing.assert_close(q, (h @ critic.out.weight[i] + critic.out.bias[i])[:, 0])
+    assert not torch.allclose(q1, q2)  # independent initializations
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')  # torch >= 2.9 deprecates TorchScript
+@pytest.mark.parametrize('export', ['script', 'trace', 'export'])
+def test_torchscript_export_matches_actor(export):
+    torch.manual_seed(0)
+    actor = Actor(OBS, ACT, (32, 32))
+    obs = torch.randn(8, OBS)
+    mean, std = torch.randn(OBS), torch.rand(OBS) + 0.5
+    policy = actor.deterministic_policy(mean, std)
+    if export == 'export':  # torch.export, TorchScript's successor
+        module = torch.export.export(policy, (obs,)).module()
+    else:
+        module = torch.jit.script(policy) if export == 'script' else torch.jit.trace(policy, obs)
+    expected = actor.act((obs - mean) / std, deterministic=True)
+    torch.testing.assert_close(module(obs), expected)
+    identity = torch.jit.script(actor.deterministic_policy())
+    torch.testing.assert_close(identity(obs), actor.act(obs, deterministic=True))
+    # A worker rebuilds the policy from the shipped state dict (weights and normalization).
+    worker = PolicyForExport(OBS, ACT, (32, 32))
+    worker.load_state_dict(policy.state_dict())
+    torch.testing.assert_close(worker(obs), expected)
+
+
+def test_export_follows_actor_updates_and_clip():
+    torch.manual_seed(0)
+    actor = Actor(OBS, ACT, (32, 32))
+    policy = actor.deterministic_policy()
+    with torch.no_grad():
+        actor.mean_head.bias.add_(1.0)
+    obs = torch.randn(4, OBS)
+    assert not torch.allclose(policy(obs), actor.act(obs, deterministic=True))
+    policy.load_actor_state_dict(actor.state_dict())
+    torch.testing.assert_close(policy(obs), actor.act(obs, deterministic=True))
+    policy.set_normalization(None, None, obs_clip=0.5)
+    torch.testing.assert_close(policy(obs), actor.act(obs.clamp(-0.5, 0.5), deterministic=True))
+    with pytest.raises(ValueError):
+        policy.set_normalization(None, torch.zeros(OBS))
+
+
+# ---------------------------------------------------------------------- update mechanics
+def test_update_metrics_and_td_abs():
+    sac = make_sac()
+    batch = make_batch(terminated=1.0)  # no bootstrapping: the target is the reward
+    with torch.no_grad():
+        q = sac.critic.q_values(batch['obs'], batch['action'])
+    metrics, td_abs = sac.update(batch)
+    assert EXPECTED_METRICS <= set(metrics) and 'losses/policy_reg' not in metrics
+    assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
+    assert metrics['doctor/skipped'] == 0.0
+    torch.testing.assert_close(td_abs, (q - batch['reward']).abs().mean(0))
+    torch.testing.assert_close(metrics['losses/qf1_loss'],
+                               (q[0] - batch['reward']).pow(2).mean().item())
+    assert not td_abs.requires_grad
+    # Truncation is not termination: terminated = 0 bootstraps from next_obs.
+    _, td_boot = make_sac().update(dict(batch, terminated=torch.zeros(16)))
+    assert not torch.allclose(td_boot, td_abs)
+
+
+def test_polyak_target_update():
+    sac = make_sac(tau=0.3)
+    old_target = snapshot(sac.critic_target)
+    sac.update(make_batch())
+    for new, online, old in zip(sac.critic_target.parameters(), sac.critic.parameters(),
+                                old_target):
+        torch.testing.assert_close(new, 0.3 * online + 0.7 * old)
+    # target_network_frequency = 2 leaves the targets alone on odd steps.
+    sac = make_sac(target_network_frequency=2)
+    sac.update(make_batch())
+    before = snapshot(sac.critic_target)
+    sac.update(make_batch(seed=2))
+    assert same(snapshot(sac.critic_target), before)
+
+
+@pytest.mark.parametrize('scale, direction', [(10.0, -1), (-10.0, 1)])
+def test_temperature_follows_entropy_target(scale, direction):
+    # scale 10: target -30 nats, far below the entropy: alpha must fall; -10: far above: rise.
+    sac = make_sac(target_entropy_scale=scale, alpha_lr=1e-2)
+    alpha = sac.alpha
+    for seed in range(3):
+        sac.update(make_batch(seed=seed))
+    assert (sac.alpha - alpha) * direction > 0
+
+
+def _critic_grads(sac: SAC, batch: dict, weights: torch.Tensor) -> list[torch.Tensor]:
+    grads = {}
+
+    def capture(losses, parameters):
+        if 'qf1_loss' in losses:
+            grads['critic'] = [p.grad.clone() for p in parameters]
+        return False
+
+    torch.manual_seed(123)  # same target-policy noise for every call
+    sac.update(batch, weights, guard=capture)
+    return grads['critic']
+
+
+def test_zero_importance_weight_removes_sample():
+    sac = make_sac()
+    batch = make_batch(size=2)
+    other = {k: v.clone() for k, v in batch.items()}
+    other['reward'][1] += 5.0
+    other['obs'][1] += 1.0
+    zero = torch.tensor([1.0, 0.0])
+    a = _critic_grads(sac, batch, zero)
+    b = _critic_grads(sac, other, zero)
+    c = _critic_grads(sac, other, torch.ones(2))
+    assert all(torch.allclose(x, y, atol=1e-7) for x, y in zip(a, b))
+    assert not all(torch.allclose(x, y) for x, y in zip(b, c))
+
+
+def test_guard_refusal_leaves_everything_unchanged():
+    sac = make_sac()
+    modules = (sac.actor, sac.critic, sac.critic_target)
+    before = [snapshot(m) for m in modules]
+    alpha = sac.log_alpha.detach().clone()
+    seen = []
+
+    def refuse(losses, parameters):
+        seen.append(sorted(losses))
+        assert all(p.grad is not None for p in parameters)
+        return False
+
+    metrics, _ = sac.update(make_batch(), guard=refuse)
+    assert seen == [['qf1_loss', 'qf2_loss'], ['actor_loss', 'alpha_loss']]
+    assert metrics['doctor/skipped'] == 1.0
+    assert all(same(snapshot(m), b) for m, b in zip(modules, before))
+    assert torch.equal(sac.log_alpha.detach(), alpha)
+    assert sac.num_skipped == 1 and sac.num_actor_updates == 0
+    assert all(p.grad is None for p in sac.critic.parameters())
+
+
+def test_default_guard_skips_non_finite_steps():
+    sac = make_sac()
+    assert sac.guard is finite_guard
+    critic = snapshot(sac.critic)
+    batch = make_batch()
+    batch['reward'][3] = float('nan')  # poisons the critic loss only
+    metrics, _ = sac.update(batch)
+    assert metrics['doctor/skipped'] == 1.0
+    assert same(snapshot(sac.critic), critic)
+    assert sac.num_actor_updates == 1  # the actor step did not depend on the reward
+    everything = [snapshot(m) for m in (sac.actor, sac.critic, sac.critic_target)]
+    batch = make_batch()
+    batch['obs'][0, 0] = float('inf')
+    metrics, _ = sac.update(batch)
+    assert metrics['doctor/skipped'] == 1.0
+    assert all(same(snapshot(m), b) for m, b in
+               zip((sac.actor, sac.critic, sac.critic_target), everything))
+    metrics, _ = sac.update(make_batch())
+    assert metrics['doctor/skipped'] == 0.0
+
+
+def test_policy_frequency_delays_and_repeats_actor_steps():
+    sac = make_sac(policy_frequency=2)
+    first, _ = sac.update(make_batch(seed=1))
+    assert sac.num_actor_updates == 2
+    actor = snapshot(sac.actor)
+    second, _ = sac.update(make_batch(seed=2))
+    assert same(snapshot(sac.actor), actor) and sac.num_actor_updates == 2
+    # Between actor steps the metrics repeat those of the last actor step.
+    assert EXPECTED_METRICS <= set(second)
+    assert second['losses/entropy'] == first['losses/entropy']
+    assert second['losses/qf1_loss'] != first['losses/qf1_loss']
+    sac.update(make_batch(seed=3))
+    assert sac.num_actor_updates == 4
+
+
+# ---------------------------------------------------------------------- doctor knobs
+def test_knobs():
+    sac = make_sac()
+    sac.scale_learning_rate(0.5)
+    lrs = [g['lr'] for o in (sac.actor_optimizer, sac.critic_optimizer, sac.alpha_optimizer)
+           for g in o.param_groups]
+    assert lrs == pytest.approx([1.5e-4] * 3)
+    alpha = sac.alpha
+    sac.scale_temperature(2.0)
+    assert sac.alpha == pytest.approx(2 * alpha)
+    assert sac.policy_reg_weight == 0.0
+    sac.scale_policy_regularization(2.0)
+    assert sac.policy_reg_weight == pytest.approx(2 * POLICY_REG_BASE)
+    sac.scale_policy_regularization(0.5)
+    assert sac.policy_reg_weight == pytest.approx(POLICY_REG_BASE)
+    with pytest.raises(ValueError):
+        sac.scale_learning_rate(0.0)
+    with pytest.raises(ValueError):
+        sac.scale_temperature(float('nan'))
+
+
+def test_policy_regularization_pulls_towards_reference():
+    sac = make_sac(policy_reg_weight=1.0, actor_lr=1e-2)
+    metrics, _ = sac.update(make_batch())
+    assert 'losses/policy_reg' not in metrics  # no reference yet
+    sac.set_reference_policy(sac.actor.state_dict())
+    metrics, _ = sac.update(make_batch(seed=2))
+    assert metrics['losses/policy_reg'] == pytest.approx(0.0, abs=1e-10)
+    # A far-away reference: a strong pull moves the mean actions towards it.
+    reference = copy.deepcopy(sac.actor)
+    with torch.no_grad():
+        reference.mean_head.bias.fill_(2.0)
+    sac.set_reference_policy(reference.deterministic_policy().state_dict())
+    sac.policy_reg_weight = 100.0
+    batch = make_batch(seed=3)
+    first, _ = sac.update(batch)
+    for _ in range(20):
+        last, _ = sac.update(batch)
+    assert last['losses/policy_reg'] < 0.5 * first['losses/policy_reg']
+    sac.set_reference_policy(None)
+    assert 'losses/policy_reg' not in sac.update(batch)[0]
+
+
+def test_state_dict_round_trip_resumes_identically():
+    sac = make_sac(policy_frequency=2)
+    for seed in range(3):
+        sac.update(make_batch(seed=seed))
+    sac.scale_learning_rate(0.5)
+    sac.scale_policy_regularization(1.0)
+    sac.set_reference_policy(sac.actor.state_dict())
+    state = copy.deepcopy(sac.state_dict())
+    other = make_sac(seed=99, policy_frequency=2)
+    other.load_state_dict(state)
+    assert other.num_updates == 3 and other.policy_reg_weight == POLICY_REG_BASE
+    for run in (sac, other):
+        torch.manual_seed(7)
+        run.update(make_batch(seed=10))
+    for a, b in ((sac.actor, other.actor), (sac.critic, other.critic),
+                 (sac.critic_target, other.critic_target)):
+        assert same(snapshot(a), snapshot(b))
+    assert torch.equal(sac.log_alpha, other.log_alpha)
+    with pytest.raises(ValueError):
+        SAC(OBS + 1, ACT, SACConfig.from_flat(TINY)).load_state_dict(state)
+
+
+# ---------------------------------------------------------------------- learning
+def test_learns_contextual_bandit():
+    """Reward -||a - f(obs)||^2 from random actions: the greedy action must approach f."""
+    sac = make_sac(hidden_sizes=[64, 64], actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.tensor([[1.0, -0.5, 0.3, 0.0, 0.2], [-0.4, 0.8, 0.6, 0.1, 0.0],
+                            [0.2, 0.2, -0.7, 0.5, 0.3]])
+
+    def best(obs):
+        return 0.6 * torch.tanh(obs @ weights.T)
+
+    obs = torch.rand(2048, OBS, generator=gen) * 2 - 1
+    action = torch.rand(2048, ACT, generator=gen) * 2 - 1
+    reward = -(action - best(obs)).pow(2).sum(-1)
+    test = torch.rand(512, OBS, generator=gen) * 2 - 1
+    initial = (sac.actor.act(test, True) - best(test)).abs().mean().item()
+    for _ in range(600):
+        idx = torch.randint(0, 2048, (128,), generator=gen)
+        sac.update({'obs': obs[idx], 'action': action[idx], 'reward': reward[idx],
+                    'next_obs': obs[idx], 'terminated': torch.ones(128)})
+    error = (sac.actor.act(test, True) - best(test)).abs().mean().item()
+    assert error < 0.06 and error < 0.3 * initial, (initial, error)
+
+
+# ---------------------------------------------------------------------- compiled path
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='torch.compile path is CUDA only')
+def test_compiled_matches_eager():
+    runs = {}
+    for mode in ('off', 'on'):
+        torch.manual_seed(0)
+        sac = SAC(21, 6, SACConfig.from_flat({'device': 'cuda', 'compile': mode}))
+        assert sac.compiled == (mode == 'on')
+        history = []
+        for step in range(5):
+            gen = torch.Generator().manual_seed(step)
+            batch = {'obs': torch.randn(256, 21, generator=gen),
+                     'action': torch.rand(256, 6, generator=gen) * 2 - 1,
+                     'reward': torch.randn(256, generator=gen),
+                     'next_obs': torch.randn(256, 21, generator=gen),
+                     'terminated': (torch.rand(256, generator=gen) < 0.1).float()}
+            batch = {k: v.cuda() for k, v in batch.items()}
+            torch.manual_seed(100 + step)
+            metrics, td_abs = sac.update(batch, torch.rand(256, generator=gen).cuda())
+            history.append((metrics, td_abs.cpu()))
+        runs[mode] = (history, [p.detach().cpu() for p in sac.actor.parameters()]
+                      + [p.detach().cpu() for p in sac.critic.parameters()])
+    for (m_eager, td_eager), (m_comp, td_comp) in zip(runs['off'][0], runs['on'][0]):
+        assert m_eager.keys() == m_comp.keys()
+        for key in m_eager:
+            assert m_comp[key] == pytest.approx(m_eager[key], rel=1e-3, abs=1e-4), key
+        torch.testing.assert_close(td_comp, td_eager, rtol=1e-3, atol=1e-4)
+    for a, b in zip(runs['off'][1], runs['on'][1]):
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)
