@@ -143,3 +143,22 @@ def test_single_process_training_learns_the_reach_task_a_little(tmp_path):
     assert np.mean(returns[-5:]) > np.mean(returns[:5])  # the first 5 are random warm-up
     png = plot_learning_curve(logger.history, tmp_path / 'curve.png')
     assert png.stat().st_size > 10_000
+
+
+def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
+    cfg = tiny_config(tmp_path, **{'doctor.min_policy_cosine': 0.99,
+                                   'doctor.remedy_cooldown_steps': 1})
+    learner = Learner(cfg, OBS, ACT)
+    learner.ingest(transitions(300, np.random.default_rng(5)))
+    assert learner.doctor.probe is not None and len(learner.doctor.probe) == 256
+    old = learner.policy_state()
+    assert learner.check_policy_divergence({0: old['version']}) == {0: pytest.approx(1.0)}
+    assert learner.sac.policy_reg_weight == 0.0
+    with torch.no_grad():  # a very different current policy
+        for p in learner.sac.actor.parameters():
+            p.add_(torch.randn_like(p))
+    learner.policy_version = 1
+    cosines = learner.check_policy_divergence({0: old['version'], 1: 99})
+    assert set(cosines) == {0} and cosines[0] < 0.99
+    assert learner.sac.policy_reg_weight > 0.0
+    assert learner.doctor.metrics()['doctor/min_policy_cosine'] == pytest.approx(cosines[0])

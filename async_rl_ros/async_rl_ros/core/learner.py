@@ -29,6 +29,7 @@ with the weights so that workers act on identically normalized inputs.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 import math
 import threading
 from typing import Any, Callable, Mapping
@@ -38,6 +39,7 @@ from async_rl_ros.core.checkpoint import (capture_rng_state, CheckpointManager,
                                           restore_rng_state, unpack_replay_buffer)
 from async_rl_ros.core.config import LearnerConfig
 from async_rl_ros.core.doctor import Doctor, finite_rows, ParamDeltaTracker
+from async_rl_ros.core.networks import PolicyForExport
 from async_rl_ros.core.normalizer import RunningNormalizer
 from async_rl_ros.core.replay import ReplayBuffer
 from async_rl_ros.core.sac import SAC
@@ -45,6 +47,9 @@ import numpy as np
 import torch
 
 __all__ = ['Learner', 'EpisodeTracker']
+
+PROBE_SIZE = 256      # observations in the doctor's fixed probe batch
+PUBLISHED_KEEP = 16   # recent published policy versions kept for divergence checks
 
 
 class Learner:
@@ -76,6 +81,7 @@ class Learner:
         self.env_steps = 0           # transitions ingested
         self.rejected_rows = 0       # transitions dropped for non-finite values
         self.updates = 0
+        self._published: OrderedDict[int, dict[str, Any]] = OrderedDict()
 
     # ------------------------------------------------------------------ data in
     def ingest(self, batch: Mapping[str, np.ndarray]) -> int:
@@ -99,6 +105,11 @@ class Learner:
             self.normalizer.update(batch['obs'])
             self.env_steps += n
             version = self.policy_version
+            probe = self.doctor.probe
+            if probe is None or len(probe) < PROBE_SIZE:
+                rows = np.asarray(batch['obs'], dtype=np.float32)
+                probe = rows if probe is None else np.concatenate([probe, rows])
+                self.doctor.set_probe(probe[:PROBE_SIZE])
         self.replay.extend(batch)
         workers = np.broadcast_to(np.asarray(batch['worker_id']), (n,))
         rewards = np.asarray(batch['reward'], dtype=np.float64).reshape(n)
@@ -184,8 +195,46 @@ class Learner:
             mean, std = self.normalizer.stats()
             version = self.policy_version
         actor = {k: v.detach().cpu().clone() for k, v in self.sac.actor.state_dict().items()}
-        return {'actor': actor, 'obs_mean': mean, 'obs_std': std,
-                'obs_clip': self.normalizer.clip, 'version': version}
+        state = {'actor': actor, 'obs_mean': mean, 'obs_std': std,
+                 'obs_clip': self.normalizer.clip, 'version': version}
+        self._published[version] = state
+        while len(self._published) > PUBLISHED_KEEP:
+            self._published.popitem(last=False)
+        return state
+
+    def policy_from_state(self, state: Mapping[str, Any]) -> PolicyForExport:
+        """Rebuild the deterministic CPU policy a worker runs from a :meth:`policy_state`."""
+        policy = PolicyForExport(self.obs_dim, self.act_dim, self.sac.cfg.hidden)
+        policy.load_actor_state_dict(state['actor'])
+        policy.set_normalization(torch.as_tensor(state['obs_mean']),
+                                 torch.as_tensor(state['obs_std']), float(state['obs_clip']))
+        return policy.eval()
+
+    def check_policy_divergence(self, worker_versions: Mapping[int, int]) -> dict[int, float]:
+        """
+        Compare the current policy with the versions the workers act with, on the probe batch.
+
+        The training doctor raises the policy regularization when a worker's policy has
+        diverged (action cosine below ``doctor.min_policy_cosine``); the regularization then
+        pulls the actor towards the oldest version still in use.
+
+        :param worker_versions: ``{worker_id: policy_version it acts with}``; versions this
+            learner no longer remembers are ignored.
+        :returns: ``{worker_id: cosine similarity}``.
+        """
+        probe = self.doctor.probe
+        known = {w: v for w, v in worker_versions.items() if v in self._published}
+        if probe is None or not known:
+            return {}
+        obs = torch.as_tensor(np.asarray(probe, dtype=np.float32))
+        current = self.export_policy()
+        workers = {w: self.policy_from_state(self._published[v]) for w, v in known.items()}
+        with torch.no_grad():
+            cosines = self.doctor.policy_divergence(
+                current(obs).numpy(), {w: p(obs).numpy() for w, p in workers.items()})
+        if self.sac.policy_reg_weight > 0.0:
+            self.sac.set_reference_policy(self._published[min(known.values())]['actor'])
+        return cosines
 
     def export_policy(self) -> torch.nn.Module:
         """Return the deterministic policy with its normalization, ready for TorchScript."""
