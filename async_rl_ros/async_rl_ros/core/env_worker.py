@@ -1,0 +1,155 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The env worker: one environment, a CPU copy of the policy, transitions out in batches.
+
+Transport-independent: the local runner's worker process and the ROS 2 worker node both
+call :meth:`EnvWorker.step` in a loop, hand it new weights with :meth:`EnvWorker.load_policy`
+whenever their transport has some (never waiting for them), and ship the batches that
+:meth:`EnvWorker.step` returns. Every transition is stamped with the worker id and the
+``policy_version`` of the weights that chose its action.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from async_rl_ros.core.learner import EpisodeTracker
+from async_rl_ros.core.networks import Actor
+import numpy as np
+import torch
+
+__all__ = ['WorkerPolicy', 'EnvWorker', 'NO_POLICY']
+
+#: ``policy_version`` of transitions acted with uniform random actions (no weights yet).
+NO_POLICY = -1
+
+
+class WorkerPolicy:
+    """
+    The actor a worker samples exploration actions from, with the learner's normalization.
+
+    :param obs_dim: observation width.
+    :param act_dim: action width.
+    :param hidden: hidden layer widths of the learner's actor.
+    :param seed: seed of the action noise.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], seed: int = 0):
+        self.actor = Actor(obs_dim, act_dim, hidden).eval()
+        self.obs_mean = np.zeros(obs_dim, dtype=np.float32)
+        self.obs_std = np.ones(obs_dim, dtype=np.float32)
+        self.obs_clip = float('inf')
+        self.version = NO_POLICY
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        """Install a learner's ``policy_state()`` (actor weights, normalizer, version)."""
+        self.actor.load_state_dict(state['actor'])
+        self.obs_mean = np.asarray(state['obs_mean'], dtype=np.float32)
+        self.obs_std = np.asarray(state['obs_std'], dtype=np.float32)
+        self.obs_clip = float(state['obs_clip'])
+        self.version = int(state['version'])
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """Return an action in [-1, 1] for one raw observation."""
+        z = np.clip((obs - self.obs_mean) / self.obs_std, -self.obs_clip, self.obs_clip)
+        x = torch.as_tensor(z, dtype=torch.float32).unsqueeze(0)
+        if deterministic:
+            return self.actor.act(x, deterministic=True)[0].numpy()
+        noise = torch.randn(1, self.actor.act_dim, generator=self.generator)
+        return self.actor.sample(x, noise)[0][0].numpy()
+
+
+class EnvWorker:
+    """
+    Step one environment without ever waiting for the learner.
+
+    :param worker_id: stamped on every transition.
+    :param env: a gymnasium environment with actions in [-1, 1].
+    :param policy: the CPU policy; acts randomly until it has weights and during warm-up.
+    :param batch_size: transitions per batch handed to the transport.
+    :param warmup_steps: steps of uniform random actions at the start.
+    :param seed: seed of the environment and of warm-up actions.
+    """
+
+    def __init__(self, worker_id: int, env: Any, policy: WorkerPolicy, batch_size: int = 64,
+                 warmup_steps: int = 0, seed: int = 0):
+        self.worker_id = int(worker_id)
+        self.env = env
+        self.policy = policy
+        self.batch_size = int(batch_size)
+        self.warmup_steps = int(warmup_steps)
+        self.rng = np.random.default_rng(seed)
+        self.episodes = EpisodeTracker()
+        self.steps = 0
+        obs_dim = env.observation_space.shape[0]
+        act_dim = env.action_space.shape[0]
+        self.act_dim = act_dim
+        n = self.batch_size
+        self._batch = {
+            'obs': np.zeros((n, obs_dim), np.float32),
+            'action': np.zeros((n, act_dim), np.float32),
+            'reward': np.zeros(n, np.float32),
+            'next_obs': np.zeros((n, obs_dim), np.float32),
+            'terminated': np.zeros(n, bool),
+            'truncated': np.zeros(n, bool),
+            'policy_version': np.zeros(n, np.int64),
+            'worker_id': np.full(n, self.worker_id, np.int32),
+        }
+        self._fill = 0
+        self._obs, _ = env.reset(seed=seed)
+        self.episode_metrics: list[dict[str, float]] = []
+
+    def load_policy(self, state: Mapping[str, Any]) -> bool:
+        """Install newer weights; older or equal versions are ignored. Returns whether used."""
+        if int(state['version']) <= self.policy.version:
+            return False
+        self.policy.load(state)
+        return True
+
+    def step(self) -> dict[str, np.ndarray] | None:
+        """Take one env step; return a full batch of transitions when one is ready."""
+        if self.steps < self.warmup_steps or self.policy.version == NO_POLICY:
+            action = self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32)
+            version = NO_POLICY
+        else:
+            action = self.policy.act(self._obs)
+            version = self.policy.version
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        k = self._fill
+        b = self._batch
+        b['obs'][k] = self._obs
+        b['action'][k] = action
+        b['reward'][k] = reward
+        b['next_obs'][k] = next_obs
+        b['terminated'][k] = terminated
+        b['truncated'][k] = truncated
+        b['policy_version'][k] = version
+        self._fill += 1
+        self.steps += 1
+        done = terminated or truncated
+        self.episodes.step(reward, done, info, emit=self.episode_metrics.append)
+        self._obs = self.env.reset()[0] if done else next_obs
+        if self._fill < self.batch_size:
+            return None
+        self._fill = 0
+        return {key: value.copy() for key, value in b.items()}
+
+    def take_episode_metrics(self) -> list[dict[str, float]]:
+        """Return and clear the metrics of the episodes finished since the last call."""
+        out, self.episode_metrics = self.episode_metrics, []
+        return out

@@ -1,0 +1,73 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The env worker: batching, version stamps, weights hand-over, learner round trip."""
+
+from async_rl_ros.core.config import LearnerConfig
+from async_rl_ros.core.env_worker import EnvWorker, NO_POLICY, WorkerPolicy
+from async_rl_ros.core.learner import Learner
+from async_rl_ros.envs.reach_env import make_reach_env
+import numpy as np
+import pytest
+
+HIDDEN = (32, 32)
+
+
+@pytest.fixture(scope='module')
+def env():
+    e = make_reach_env()
+    yield e
+    e.close()
+
+
+def test_batches_are_stamped_and_full(env):
+    worker = EnvWorker(3, env, WorkerPolicy(21, 6, HIDDEN), batch_size=16, seed=1)
+    batches = [b for b in (worker.step() for _ in range(40)) if b is not None]
+    assert len(batches) == 2
+    for b in batches:
+        assert b['obs'].shape == (16, 21) and b['action'].shape == (16, 6)
+        assert np.all(b['worker_id'] == 3)
+        assert np.all(b['policy_version'] == NO_POLICY)  # no weights yet: random actions
+    # Consecutive transitions chain (no episode ends within the first 40 steps).
+    b = batches[0]
+    np.testing.assert_allclose(b['next_obs'][:-1], b['obs'][1:])
+
+
+def test_weights_from_a_learner_are_used_and_stamped(env, tmp_path):
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
+                                     'checkpoint.directory': str(tmp_path)})
+    learner = Learner(cfg, 21, 6)
+    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN, seed=0), batch_size=8, seed=2)
+    learner.policy_version = 5
+    assert worker.load_policy(learner.policy_state())
+    assert not worker.load_policy(learner.policy_state())  # same version: ignored
+    batch = next(b for b in iter(worker.step, 'never') if b is not None)
+    assert np.all(batch['policy_version'] == 5)
+    # The worker's deterministic action equals the learner's for the same observation.
+    obs = batch['obs'][0]
+    np.testing.assert_allclose(worker.policy.act(obs, deterministic=True),
+                               learner.act(obs, deterministic=True), atol=1e-5)
+    assert learner.ingest(batch) == 8
+
+
+def test_warmup_acts_randomly_even_with_weights(env, tmp_path):
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
+                                     'checkpoint.directory': str(tmp_path)})
+    state = Learner(cfg, 21, 6).policy_state()
+    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=10, warmup_steps=10)
+    worker.load_policy(dict(state, version=1))
+    first = next(b for b in iter(worker.step, 'never') if b is not None)
+    second = next(b for b in iter(worker.step, 'never') if b is not None)
+    assert np.all(first['policy_version'] == NO_POLICY)
+    assert np.all(second['policy_version'] == 1)
