@@ -55,6 +55,8 @@ __all__ = [
     'BatchSizerConfig',
     'CheckpointConfig',
     'LearnerConfig',
+    'CodecConfig',
+    'ParameterServerConfig',
     'load_yaml_parameters',
     'load_node_config',
     'parameters_markdown',
@@ -609,6 +611,58 @@ class CheckpointConfig(Section):
                                  'shutdown).', unit='updates', low=0, high=10**12)
     save_replay_buffer: bool = option(False, 'Store the replay buffer, compressed, in every '
                                       'checkpoint.')
+
+
+@dataclasses.dataclass
+class CodecConfig(Section):
+    """Compression of the policy weights sent from the learner to the workers."""
+
+    bits: int = option(8, 'Bits per quantized weight (only 8 is implemented).', unit='bit',
+                       choices=(8,), read_only=True)
+    quantize: bool = option(True, 'Quantize the weights to int8; when false they travel as '
+                            'raw float32 (the uncompressed reference).')
+    per_channel: bool = option(True, 'One scale and zero point per output row of every tensor '
+                               'with two or more dimensions; when false one per tensor.')
+    entropy_coding: str = option('zlib', 'Lossless coding of the int8 codes (a tensor keeps '
+                                 'the raw codes when zlib does not make them smaller).',
+                                 choices=('none', 'zlib'))
+    zlib_level: int = option(6, 'zlib compression level (1: fastest, 9: smallest).',
+                             low=1, high=9)
+    delta: bool = option(True, 'After a full packet send deltas from the previous packet, '
+                         'with error feedback.')
+    delta_grid: str = option('weight', 'Quantization step of a delta row: weight (at least the '
+                             'step of a full int8 packet of the row: same error bound, far '
+                             'fewer bytes) or delta (254 steps over the range of the delta).',
+                             choices=('weight', 'delta'))
+    full_every: int = option(50, 'Every full_every-th packet is a full one, so that late '
+                             'joiners and lossy links resynchronize (1: always full).',
+                             unit='packets', low=1, high=10**9)
+
+
+@dataclasses.dataclass
+class ParameterServerConfig(Section):
+    """Sharded parameter server and delayed commits (parameters ``parameter_server.*``)."""
+
+    num_shards: int = option(2, 'Parameter-server shards started at launch.', low=1, high=1024,
+                             read_only=True)
+    replicas: int = option(2, 'Shards that hold a copy of each partition (the primary and the '
+                           'next distinct shards clockwise on the hash ring).', low=1, high=16,
+                           read_only=True)
+    virtual_nodes: int = option(128, 'Points each shard occupies on the consistent-hash ring; '
+                                'the relative spread of the shard loads is about '
+                                '1/sqrt(virtual_nodes).', low=1, high=65536, read_only=True)
+    chunk_size: int = option(16384, 'Floats per partition: tensors are cut into chunks of this '
+                             'size, so a big layer spreads over several shards.', unit='floats',
+                             low=1, high=_INT32_MAX, read_only=True)
+    commit_every: int = option(8, 'Optimizer steps between two commits of the accumulated '
+                               'parameter change (delayed update; 1 commits every step).',
+                               unit='updates', low=1, high=10**6)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Check that there are enough shards for the replicas."""
+        if self.replicas > self.num_shards:
+            raise ConfigError(prefix + 'replicas', self.replicas,
+                              f'<= num_shards = {self.num_shards}', source)
 
 
 @dataclasses.dataclass
