@@ -57,6 +57,7 @@ __all__ = [
     'LearnerConfig',
     'CodecConfig',
     'ParameterServerConfig',
+    'LocalRunnerConfig',
     'load_yaml_parameters',
     'load_node_config',
     'parameters_markdown',
@@ -692,6 +693,29 @@ class LearnerConfig(Section):
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
 
 
+@dataclasses.dataclass
+class LocalRunnerConfig(Section):
+    """The no-ROS runner's processes and transport (section ``local_runner``)."""
+
+    mode: str = option('async', 'async: workers never wait for the learner; sync: lockstep '
+                       'rounds (the baseline).', choices=('async', 'sync'))
+    num_workers: int = option(0, 'Env worker processes (0: physical cores - 1, at least 1).',
+                              low=0, high=1024)
+    transition_batch: int = option(64, 'Transitions per message from a worker.',
+                                   unit='transitions', low=1, high=65536)
+    queue_batches: int = option(256, 'Messages the transition queue holds before workers drop '
+                                'batches (they never wait).', low=1, high=1_000_000)
+    max_update_ratio: float = option(1.0, 'Async mode: at most this many updates per '
+                                     'transition received.', low=0.0, high=64.0, low_open=True)
+    board_bytes: int = option(8 << 20, 'Shared-memory size of the weights board.', unit='B',
+                              low=1 << 16, high=1 << 31)
+    stats_interval_s: float = option(2.0, 'Seconds between metric reports.', unit='s',
+                                     low=0.1, high=3600.0)
+    parameter_server: ParameterServerConfig = dataclasses.field(
+        default_factory=ParameterServerConfig)
+    codec: CodecConfig = dataclasses.field(default_factory=CodecConfig)
+
+
 # ====================================================================== YAML
 def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -784,6 +808,7 @@ def parameters_markdown(sections: Mapping[str, type[Section]]) -> str:
 NODE_SECTIONS: dict[str, type[Section]] = {
     'env_worker': EnvWorkerConfig,
     'learner': LearnerConfig,
+    'local_runner': LocalRunnerConfig,
 }
 
 if __name__ == '__main__':

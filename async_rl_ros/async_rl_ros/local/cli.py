@@ -27,7 +27,7 @@ import sys
 from typing import Any, Sequence
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
-                                      load_node_config, NODE_SECTIONS)
+                                      load_node_config, LocalRunnerConfig, NODE_SECTIONS)
 from async_rl_ros.core.evaluation import run_episodes
 import numpy as np
 import yaml
@@ -79,7 +79,7 @@ def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     A key without a node prefix goes to the node that declares it (``env_worker`` first).
     """
-    nodes: dict[str, dict[str, Any]] = {'env_worker': {}, 'learner': {}}
+    nodes: dict[str, dict[str, Any]] = {node: {} for node in NODE_SECTIONS}
     known = {node: {name for name, *_ in NODE_SECTIONS[node].options()} for node in nodes}
     for key, value in overrides.items():
         node, _, rest = key.partition('.')
@@ -104,6 +104,11 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--policy', choices=('sac', 'scripted', 'random'), default='sac',
                         help='train SAC (default), or run a damped-least-squares reach '
                         'controller or uniform random actions')
+    parser.add_argument('--mode', choices=('single', 'async', 'sync'), default='single',
+                        help='single: the learner steps one env itself; async: env-worker '
+                        'processes that never wait; sync: the same in lockstep (baseline)')
+    parser.add_argument('--workers', type=int, default=None,
+                        help='env worker processes for async/sync (default: physical cores - 1)')
     parser.add_argument('--steps', type=int, default=None,
                         help='training budget in env steps (learner.total_env_steps)')
     parser.add_argument('--resume', action='store_true',
@@ -115,7 +120,8 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> tuple[Path | None, EnvWorkerConfig, LearnerConfig]:
+def _load(args: argparse.Namespace
+          ) -> tuple[Path | None, EnvWorkerConfig, LearnerConfig, LocalRunnerConfig]:
     if args.episodes < 1:
         raise ConfigError('--episodes', args.episodes, '>= 1')
     if args.steps is not None and args.steps < 1:
@@ -124,9 +130,17 @@ def _load(args: argparse.Namespace) -> tuple[Path | None, EnvWorkerConfig, Learn
     overrides = split_overrides(parse_overrides(args.overrides))
     if args.steps is not None:
         overrides['learner']['total_env_steps'] = args.steps
+    if args.workers is not None:
+        if args.workers < 1:
+            raise ConfigError('--workers', args.workers, '>= 1')
+        overrides['local_runner']['num_workers'] = args.workers
+    if args.mode != 'single':
+        overrides['local_runner']['mode'] = args.mode
     env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides['env_worker'])
     learner_cfg = load_node_config(path, 'learner', LearnerConfig, overrides['learner'])
-    return path, env_cfg, learner_cfg
+    runner_cfg = load_node_config(path, 'local_runner', LocalRunnerConfig,
+                                  overrides['local_runner'])
+    return path, env_cfg, learner_cfg, runner_cfg
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,11 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     progress = sys.stderr.isatty()
     try:
-        config_path, env_cfg, learner_cfg = _load(args)
+        config_path, env_cfg, learner_cfg, runner_cfg = _load(args)
         if args.policy == 'sac':
-            from async_rl_ros.local.train import train
-            result = train(env_cfg, learner_cfg, resume=args.resume, progress=progress,
-                           eval_episodes=args.episodes)
+            from async_rl_ros.local.train import train, train_local
+            if args.mode == 'single':
+                result = train(env_cfg, learner_cfg, resume=args.resume, progress=progress,
+                               eval_episodes=args.episodes)
+            else:
+                result = train_local(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
+                                     progress=progress, eval_episodes=args.episodes)
             rows = [('env steps', f'{result.env_steps}'), ('updates', f'{result.updates}'),
                     ('wall time', f'{result.seconds:.0f} s'),
                     ('stopped early (Ctrl-C)', 'yes' if result.interrupted else 'no')]
@@ -147,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                          str(result.policy)),
                      ('learning curve', str(result.curve)),
                      ('TensorBoard', f'tensorboard --logdir {result.log_dir}')]
-            print_table(f'UR5 reach, SAC single process (config: {config_path})', rows)
+            print_table(f'UR5 reach, SAC {args.mode} (config: {config_path})', rows)
             return 0
         from async_rl_ros.envs.reach_env import UR5ReachEnv
         from async_rl_ros.envs.scripted import ScriptedReachPolicy

@@ -13,11 +13,11 @@
 # limitations under the License.
 
 """
-Single-process SAC training with everything a run leaves behind.
+Training runs -- single process, or env-worker processes -- and what a run leaves behind.
 
 TensorBoard logs, a progress bar, periodic and final atomic checkpoints, the learning-curve
 PNG and the deterministic policy exported as TorchScript, all under ``log_dir``. Ctrl-C stops
-after the current step and still writes the final checkpoint and artifacts.
+the run (every process) and still writes the final checkpoint and artifacts.
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ import sys
 import time
 from typing import Any
 
-from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig
+from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.evaluation import EpisodeStats, run_episodes
 from async_rl_ros.core.learner import Learner
 from async_rl_ros.core.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.single_process import train_single_process
+from async_rl_ros.local.runner import default_num_workers
 import torch
 
-__all__ = ['TrainResult', 'train']
+__all__ = ['TrainResult', 'train', 'train_local']
 
 
 @dataclasses.dataclass
@@ -74,6 +75,31 @@ class _StopFlag:
         signal.signal(signal.SIGINT, self._previous)
 
 
+def _finish(learner: Learner, eval_env: Any, logger: MetricsLogger, log_dir: Path,
+            title: str, episodes: int) -> tuple[str, Path, EpisodeStats, Path]:
+    """Write the final checkpoint, the TorchScript policy, the evaluation and the curve."""
+    checkpoint = learner.save_checkpoint()
+    policy_path = log_dir / 'policy.pt'
+    log_dir.mkdir(parents=True, exist_ok=True)
+    scripted = torch.jit.script(learner.export_policy())
+    tmp = policy_path.with_suffix('.pt.tmp')
+    scripted.save(str(tmp))
+    tmp.replace(policy_path)  # atomic: a deployed policy is never half written
+    evaluation = run_episodes(eval_env, lambda o: learner.act(o, deterministic=True),
+                              episodes, seed=1_000_000)
+    logger.log({'eval/success_rate': evaluation.success_rate,
+                'eval/final_distance': evaluation.mean_final_distance}, learner.env_steps)
+    curve = plot_learning_curve(logger.history, log_dir / 'learning_curve.png', title=title)
+    logger.close()
+    return checkpoint, policy_path, evaluation, curve
+
+
+def _resume(learner: Learner, resume: bool) -> None:
+    if resume and learner.resume() is not None:
+        print(f'resumed from {learner.checkpoints.latest()} at {learner.env_steps} env steps',
+              file=sys.stderr)
+
+
 def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
           progress: bool = True, eval_episodes: int | None = None) -> TrainResult:
     """
@@ -93,9 +119,7 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
     torch.set_num_threads(1)  # the env shares the machine; one BLAS thread is faster here
     env, eval_env = UR5ReachEnv(env_cfg), UR5ReachEnv(env_cfg)
     learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
-    if resume and learner.resume() is not None:
-        print(f'resumed from {learner.checkpoints.latest()} at {learner.env_steps} env steps',
-              file=sys.stderr)
+    _resume(learner, resume)
     remaining = max(0, cfg.total_env_steps - learner.env_steps)
     logger = MetricsLogger(log_dir / 'tensorboard')
     start = time.perf_counter()
@@ -127,21 +151,79 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
         finally:
             bar.close()
     seconds = time.perf_counter() - start
-    checkpoint = learner.save_checkpoint()
-    policy_path = log_dir / 'policy.pt'
-    scripted = torch.jit.script(learner.export_policy())
-    tmp = policy_path.with_suffix('.pt.tmp')
-    scripted.save(str(tmp))
-    tmp.replace(policy_path)
-    evaluation = run_episodes(eval_env, lambda o: learner.act(o, deterministic=True),
-                              eval_episodes or cfg.eval_episodes, seed=1_000_000)
-    logger.log({'eval/success_rate': evaluation.success_rate,
-                'eval/final_distance': evaluation.mean_final_distance}, learner.env_steps)
-    curve = plot_learning_curve(logger.history, log_dir / 'learning_curve.png',
-                                title=f'UR5 reach, SAC single process, seed {cfg.seed}')
-    logger.close()
+    checkpoint, policy, evaluation, curve = _finish(
+        learner, eval_env, logger, log_dir, f'UR5 reach, SAC single process, seed {cfg.seed}',
+        eval_episodes or cfg.eval_episodes)
     env.close()
     eval_env.close()
     return TrainResult(env_steps=learner.env_steps, updates=learner.updates, seconds=seconds,
-                       evaluation=evaluation, checkpoint=checkpoint, policy=policy_path,
+                       evaluation=evaluation, checkpoint=checkpoint, policy=policy,
+                       curve=curve, log_dir=log_dir, interrupted=interrupted)
+
+
+def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalRunnerConfig,
+                *, resume: bool = False, progress: bool = True,
+                eval_episodes: int | None = None) -> TrainResult:
+    """
+    Train with env-worker processes (``local_runner.mode``: async or sync).
+
+    Same artifacts as :func:`train`; the progress bar shows env steps, success rate,
+    samples/s, updates/s and the policy lag.
+    """
+    from tqdm import tqdm
+
+    from async_rl_ros.envs.reach_env import UR5ReachEnv
+    from async_rl_ros.local.runner import LocalRunner
+
+    log_dir = Path(cfg.log_dir)
+    torch.set_num_threads(1)
+    logger = MetricsLogger(log_dir / 'tensorboard')
+    runner = LocalRunner(env_cfg, cfg, runner_cfg)
+    learner = runner.learner
+    _resume(learner, resume)
+    if runner.num_workers > default_num_workers() + 1:
+        print(f'warning: {runner.num_workers} workers on {default_num_workers() + 1} physical '
+              'cores: context switches will cost throughput', file=sys.stderr)
+    bar = tqdm(total=cfg.total_env_steps, initial=learner.env_steps, desc=runner_cfg.mode,
+               unit='step', disable=not progress, dynamic_ncols=True, smoothing=0.05)
+    episodes: list[float] = []
+    state = {'time': time.perf_counter(), 'steps': learner.env_steps,
+             'updates': learner.updates, 'saved': learner.updates}
+    start = time.perf_counter()
+
+    def on_tick(run: LocalRunner) -> None:
+        now = time.perf_counter()
+        bar.update(learner.env_steps - bar.n)
+        if now - state['time'] < runner_cfg.stats_interval_s:
+            return
+        for m in run.take_episode_metrics():
+            logger.log(m, learner.env_steps)
+            episodes.append(m['charts/success_rate'])
+        dt = now - state['time']
+        rates = {'charts/samples_per_s': (learner.env_steps - state['steps']) / dt,
+                 'charts/updates_per_s': (learner.updates - state['updates']) / dt}
+        logger.log({**rates, **run.metrics(), **learner.metrics()}, learner.env_steps)
+        state.update(time=now, steps=learner.env_steps, updates=learner.updates)
+        bar.set_postfix(success=f'{episodes[-1] if episodes else 0.0:.2f}',
+                        samples_s=f'{rates["charts/samples_per_s"]:.0f}',
+                        updates_s=f'{rates["charts/updates_per_s"]:.0f}',
+                        lag=f'{run.metrics()["charts/policy_lag_mean"]:.1f}')
+        interval = cfg.checkpoint.interval_steps
+        if interval and learner.updates - state['saved'] >= interval:
+            learner.save_checkpoint()
+            state['saved'] = learner.updates
+
+    with _StopFlag() as flag:
+        runner.run(should_stop=lambda: flag.stop, on_tick=on_tick)
+        interrupted = flag.stop
+    bar.close()
+    seconds = time.perf_counter() - start
+    eval_env = UR5ReachEnv(env_cfg)
+    checkpoint, policy, evaluation, curve = _finish(
+        learner, eval_env, logger, log_dir,
+        f'UR5 reach, SAC {runner_cfg.mode}, {runner.num_workers} workers, seed {cfg.seed}',
+        eval_episodes or cfg.eval_episodes)
+    eval_env.close()
+    return TrainResult(env_steps=learner.env_steps, updates=learner.updates, seconds=seconds,
+                       evaluation=evaluation, checkpoint=checkpoint, policy=policy,
                        curve=curve, log_dir=log_dir, interrupted=interrupted)

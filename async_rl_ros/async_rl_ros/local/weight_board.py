@@ -26,25 +26,13 @@ Layout: ``[seq u64][version i64][length u64][payload ...]``.
 
 from __future__ import annotations
 
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 
 import numpy as np
 
 __all__ = ['WeightBoard']
 
 _HEADER = 24  # bytes
-
-
-def _attach(name: str) -> shared_memory.SharedMemory:
-    """Attach without letting this process's exit unlink the learner's segment."""
-    try:
-        return shared_memory.SharedMemory(name=name, track=False)  # Python >= 3.13
-    except TypeError:
-        shm = shared_memory.SharedMemory(name=name)
-        # Before 3.13 attaching registers the segment with the resource tracker, which
-        # would unlink it when this (worker) process exits (CPython issue 82300).
-        resource_tracker.unregister(shm._name, 'shared_memory')  # noqa: SLF001
-        return shm
 
 
 class WeightBoard:
@@ -60,7 +48,9 @@ class WeightBoard:
             self.shm = shared_memory.SharedMemory(create=True, size=_HEADER + capacity)
             self.owner = True
         else:
-            self.shm = _attach(name)
+            # Worker processes share the creator's resource tracker (spawn passes it on),
+            # so attaching does not let a worker's exit unlink the segment.
+            self.shm = shared_memory.SharedMemory(name=name)
             self.owner = False
         self._header = np.ndarray((3,), dtype=np.int64, buffer=self.shm.buf[:_HEADER])
         self.capacity = self.shm.size - _HEADER

@@ -1,0 +1,322 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The embedded runner: env-worker processes, the learner and the parameter server, no ROS.
+
+All the wiring of the local transport lives here::
+
+    worker processes --(queue of 64-transition batches)--> reader thread --> DoubleBuffer
+    main thread: DoubleBuffer.take -> Learner.ingest; Learner.train_step; every commit_every
+      updates: CommitAccumulator -> ParameterServer.commit -> read -> WeightEncoder (full
+      int8 packet, CRC) -> WeightBoard (shared memory) -> workers poll, decode, load
+
+Modes: ``async`` -- workers never wait, the learner trains whenever it has data; ``sync`` --
+the same components in lockstep (every worker sends one batch, then waits while the learner
+updates and publishes), the baseline of the design write-up's comparison.
+
+A worker process that dies is respawned; the first Ctrl-C stops every process and still
+writes the final checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+from async_rl_ros.core.codec import CodecError, encode_policy_state, WeightDecoder, \
+    WeightEncoder
+from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
+from async_rl_ros.core.double_buffer import DoubleBuffer
+from async_rl_ros.core.learner import Learner
+from async_rl_ros.core.parameter_server import CommitAccumulator, ParameterServer
+from async_rl_ros.local.weight_board import WeightBoard
+import numpy as np
+
+__all__ = ['LocalRunner', 'default_num_workers']
+
+_LOG = logging.getLogger(__name__)
+OBS_DIM, ACT_DIM = 21, 6
+RESPAWN_DELAY_S = 0.5
+
+
+def default_num_workers() -> int:
+    """Return physical cores - 1 (at least 1): one core stays with the learner."""
+    try:
+        import psutil
+        cores = psutil.cpu_count(logical=False) or os.cpu_count() or 2
+    except ImportError:
+        cores = os.cpu_count() or 2
+    return max(1, cores - 1)
+
+
+# ---------------------------------------------------------------------- worker process
+def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: int,
+                 warmup: int, seed: int, out: Any, board_name: str, stop: Any,
+                 round_counter: Any, sync: bool) -> None:
+    """Run one env worker until ``stop`` is set (the body of a worker process)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner stops us through ``stop``
+    import torch
+
+    from async_rl_ros.core.env_worker import EnvWorker, WorkerPolicy
+    from async_rl_ros.envs.reach_env import UR5ReachEnv
+
+    torch.set_num_threads(1)
+    env = UR5ReachEnv(EnvWorkerConfig.from_flat(env_flat))
+    worker = EnvWorker(worker_id, env, WorkerPolicy(OBS_DIM, ACT_DIM, hidden, seed),
+                       batch_size=batch, warmup_steps=warmup, seed=seed)
+    board = WeightBoard(board_name)
+    decoder = WeightDecoder()
+    dropped = 0
+    my_round = round_counter.value
+    try:
+        while not stop.is_set():
+            polled = board.poll()
+            if polled is not None:
+                try:
+                    decoder.apply_bytes(polled[1])
+                    worker.load_policy(decoder.policy_state())
+                except CodecError:
+                    pass  # counted by the decoder; keep acting with the last good policy
+            transitions = worker.step()
+            if transitions is None:
+                continue
+            stats = {'worker_id': worker_id, 'steps': worker.steps, 'dropped': dropped,
+                     'rejected': sum(decoder.rejected.values()),
+                     'policy_version': worker.policy.version}
+            try:
+                out.put_nowait((transitions, worker.take_episode_metrics(), stats))
+            except queue.Full:
+                dropped += 1  # never wait for the learner
+            if sync:
+                while round_counter.value <= my_round and not stop.is_set():
+                    time.sleep(0.0005)
+                my_round = round_counter.value
+    finally:
+        board.close()
+        env.close()
+
+
+@dataclasses.dataclass
+class _WorkerHandle:
+    process: Any
+    seed: int
+    started: float
+    restarts: int = 0
+
+
+class LocalRunner:
+    """
+    Train with worker processes on this machine.
+
+    :param env_cfg: the ``env_worker`` section (every worker gets it, with its own seed).
+    :param cfg: the ``learner`` section.
+    :param runner: the ``local_runner`` section (mode, workers, transport sizes).
+    :param on_metrics: receives ``(metrics, env_steps)`` about every ``stats_interval_s``.
+    """
+
+    def __init__(self, env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner: LocalRunnerConfig,
+                 on_metrics: Callable[[dict[str, float], int], None] | None = None):
+        self.env_cfg, self.cfg, self.rcfg = env_cfg, cfg, runner
+        self.num_workers = runner.num_workers or default_num_workers()
+        self.sync = runner.mode == 'sync'
+        self.on_metrics = on_metrics
+        self.learner = Learner(cfg, OBS_DIM, ACT_DIM)
+        actor = self._actor_numpy()
+        self.server = ParameterServer(runner.parameter_server)
+        self.server.initialize(actor, version=0)
+        self.accumulator = CommitAccumulator(runner.parameter_server.commit_every, actor)
+        self.encoder = WeightEncoder(dataclasses.replace(runner.codec, delta=False))
+        self.board = WeightBoard(capacity=runner.board_bytes)
+        self._ctx = mp.get_context('spawn')
+        self.queue = self._ctx.Queue(maxsize=runner.queue_batches)
+        self.stop_event = self._ctx.Event()
+        self.round = self._ctx.Value('q', 0)
+        self.buffer = DoubleBuffer(self._preprocess)
+        self.workers: dict[int, _WorkerHandle] = {}
+        self.worker_stats: dict[int, dict[str, float]] = {}
+        self.episode_metrics: list[dict[str, float]] = []
+        self._episodes_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read_queue, name='transitions',
+                                        daemon=True)
+        self.respawns = 0
+        self.commit_times: list[float] = []
+        self.stopping = False
+        self._published_version = -1
+
+    # ------------------------------------------------------------------ plumbing
+    def _actor_numpy(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy().astype(np.float32)
+                for k, v in self.learner.sac.actor.state_dict().items()}
+
+    def _preprocess(self, message: tuple) -> tuple | None:
+        transitions, episodes, stats = message
+        if set(transitions) != {'obs', 'action', 'reward', 'next_obs', 'terminated',
+                                'truncated', 'policy_version', 'worker_id'}:
+            return None
+        return transitions, episodes, stats
+
+    def _read_queue(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                message = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError):
+                return
+            self.buffer.put(message)
+
+    def _spawn(self, worker_id: int) -> None:
+        handle = self.workers.get(worker_id)
+        restarts = handle.restarts + 1 if handle else 0
+        seed = self.env_cfg.seed + 1000 * worker_id + restarts
+        process = self._ctx.Process(
+            target=_worker_main, name=f'env_worker_{worker_id}', daemon=True,
+            args=(worker_id, self.env_cfg.to_flat(), self.cfg.sac.hidden,
+                  self.rcfg.transition_batch, self.cfg.warmup_steps // self.num_workers,
+                  seed, self.queue, self.board.name, self.stop_event, self.round,
+                  self.sync))
+        process.start()
+        self.workers[worker_id] = _WorkerHandle(process, seed, time.monotonic(), restarts)
+
+    def _respawn_dead(self) -> None:
+        for worker_id, handle in list(self.workers.items()):
+            if not handle.process.is_alive() and not self.stop_event.is_set():
+                _LOG.warning('env worker %d exited (code %s); respawning', worker_id,
+                             handle.process.exitcode)
+                self.respawns += 1
+                self._spawn(worker_id)
+
+    def _publish(self) -> None:
+        """Commit the accumulated change, read the server, broadcast a full packet."""
+        start = time.perf_counter()
+        delta = self.accumulator.flush(self._actor_numpy())
+        if delta is not None:
+            version = self.server.commit(delta, self.server.version)
+            self.learner.policy_version = version
+        if self.server.version == self._published_version:
+            return  # nothing new to broadcast
+        state = self.learner.policy_state()
+        if state is None:
+            return  # the doctor refused non-finite weights: workers keep the last good ones
+        version, actor = self.server.read()
+        self._published_version = version
+        state = dict(state, actor=actor, version=version)
+        packet = encode_policy_state(self.encoder, state).to_bytes()
+        self.board.publish(packet, version)
+        self.commit_times.append(time.perf_counter() - start)
+
+    def _ingest_ready(self) -> int:
+        n = 0
+        for transitions, episodes, stats in self.buffer.take():
+            n += self.learner.ingest(transitions)
+            self.worker_stats[int(stats['worker_id'])] = stats
+            with self._episodes_lock:
+                self.episode_metrics.extend(episodes)
+        return n
+
+    # ------------------------------------------------------------------ main loop
+    def run(self, should_stop: Callable[[], bool] = lambda: False,
+            on_tick: Callable[['LocalRunner'], None] | None = None) -> None:
+        """Train until ``learner.total_env_steps`` transitions arrived or ``should_stop()``."""
+        self._publish()
+        self._reader.start()
+        for worker_id in range(self.num_workers):
+            self._spawn(worker_id)
+        total = self.cfg.total_env_steps
+        commit_every = self.rcfg.parameter_server.commit_every
+        last_check = time.monotonic()
+        round_batches = 0
+        try:
+            while self.learner.env_steps < total and not should_stop():
+                now = time.monotonic()
+                if now - last_check > RESPAWN_DELAY_S:
+                    self._respawn_dead()
+                    last_check = now
+                before = self.learner.env_steps
+                self._ingest_ready()
+                round_batches += (self.learner.env_steps - before) // self.rcfg.transition_batch
+                if self.sync:
+                    if round_batches < self.num_workers:
+                        time.sleep(0.0005)
+                        continue
+                    round_batches = 0
+                    updates = int(self.num_workers * self.rcfg.transition_batch
+                                  * self.cfg.updates_per_step) if self.learner.ready() else 0
+                    for _ in range(updates):
+                        self.learner.train_step()
+                    self._publish()
+                    with self.round.get_lock():
+                        self.round.value += 1
+                elif self.learner.ready() and self.learner.updates < (
+                        self.learner.env_steps * self.rcfg.max_update_ratio):
+                    self.learner.train_step()
+                    if self.learner.updates % commit_every == 0:
+                        self._publish()
+                else:
+                    time.sleep(0.0005)
+                if on_tick is not None:
+                    on_tick(self)
+        finally:
+            self.shutdown()
+
+    def take_episode_metrics(self) -> list[dict[str, float]]:
+        """Return and clear the episode metrics the workers reported."""
+        with self._episodes_lock:
+            out, self.episode_metrics = self.episode_metrics, []
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        """Return transport metrics: queue depths, drops, rejections, policy lag."""
+        depth = self.buffer.depth()
+        lags = [self.learner.policy_version - s['policy_version']
+                for s in self.worker_stats.values() if s['policy_version'] >= 0]
+        out = {'transport/raw_queue': float(depth['raw']),
+               'transport/ready_batches': float(depth['ready']),
+               'transport/dropped_batches': float(sum(s['dropped']
+                                                      for s in self.worker_stats.values())),
+               'transport/rejected_packets': float(sum(s['rejected']
+                                                       for s in self.worker_stats.values())),
+               'transport/respawns': float(self.respawns),
+               'charts/policy_lag_max': float(max(lags)) if lags else 0.0,
+               'charts/policy_lag_mean': float(np.mean(lags)) if lags else 0.0}
+        if self.commit_times:
+            out['transport/commit_ms'] = 1e3 * float(np.mean(self.commit_times[-50:]))
+        return out
+
+    def shutdown(self) -> None:
+        """Stop the workers and the threads; leave no process behind."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop_event.set()
+        deadline = time.monotonic() + 10.0
+        for handle in self.workers.values():
+            handle.process.join(timeout=max(0.1, deadline - time.monotonic()))
+        for handle in self.workers.values():
+            if handle.process.is_alive():
+                handle.process.kill()
+                handle.process.join(timeout=2.0)
+        self._reader.join(timeout=2.0)
+        self.buffer.close()
+        self.queue.cancel_join_thread()
+        self.queue.close()
+        self.board.close()
