@@ -1,0 +1,124 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Delayed update: learner stall per optimizer step and bytes/s for commit_every 1 vs 8.
+
+The learner trains the reach-task networks on a filled replay buffer. After every
+``commit_every`` optimizer steps it commits the accumulated actor change to the parameter
+server, reads the server's weights back and publishes the int8 packet on the shared-memory
+weight board -- exactly what the local runner does. The stall is the time that commit path
+adds per optimizer step, measured against the same loop with no commits in the same run
+(rounds alternate so machine noise hits every setting alike).
+
+Usage: ``python bench/commit_strategies.py [--quick]``; the last line is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+
+def _learner(seed: int):
+    import torch
+
+    from async_rl_ros.core.config import LearnerConfig
+    from async_rl_ros.core.learner import Learner
+
+    torch.set_num_threads(1)
+    cfg = LearnerConfig().replace(**{'seed': seed, 'batch.initial_batch': 256,
+                                     'learning_starts': 1000,
+                                     'checkpoint.directory': '/tmp/async_rl_bench_commit'})
+    learner = Learner(cfg, 21, 6)
+    rng = np.random.default_rng(seed)
+    n = 5000
+    obs = rng.normal(size=(n, 21)).astype(np.float32)
+    learner.ingest({'obs': obs, 'action': rng.uniform(-1, 1, (n, 6)).astype(np.float32),
+                    'reward': rng.normal(size=n).astype(np.float32),
+                    'next_obs': obs + 0.01, 'terminated': np.zeros(n, bool),
+                    'truncated': np.zeros(n, bool), 'policy_version': np.zeros(n, np.int64),
+                    'worker_id': np.zeros(n, np.int32)})
+    return learner
+
+
+def measure(commit_every: int | None, steps: int, seed: int = 0) -> dict[str, float]:
+    """Return seconds per optimizer step and bytes published for one setting."""
+    from async_rl_ros.core.codec import encode_policy_state, WeightEncoder
+    from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
+    from async_rl_ros.core.parameter_server import CommitAccumulator, ParameterServer
+    from async_rl_ros.local.weight_board import WeightBoard
+
+    learner = _learner(seed)
+
+    def actor():
+        return {k: v.detach().cpu().numpy() for k, v in learner.sac.actor.state_dict().items()}
+
+    server = ParameterServer(ParameterServerConfig())
+    server.initialize(actor())
+    accumulator = CommitAccumulator(commit_every or 1, actor())
+    encoder = WeightEncoder(CodecConfig(delta=False))
+    board = WeightBoard()
+    published = 0
+    stall = 0.0
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        learner.train_step()
+        if commit_every and step % commit_every == 0:
+            t0 = time.perf_counter()
+            delta = accumulator.flush(actor())
+            version = server.commit(delta, server.version)
+            learner.policy_version = version
+            state = dict(learner.policy_state(), actor=server.read()[1], version=version)
+            packet = encode_policy_state(encoder, state).to_bytes()
+            board.publish(packet, version)
+            published += len(packet)
+            stall += time.perf_counter() - t0
+    elapsed = time.perf_counter() - start
+    board.close()
+    return {'step_s': elapsed / steps, 'stall_s': stall / steps,
+            'bytes_per_s': published / elapsed}
+
+
+def main() -> None:
+    """Alternate the settings for a few rounds, print the table and the JSON summary."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true', help='short run (< 1 min)')
+    args = parser.parse_args()
+    steps, rounds = (120, 2) if args.quick else (400, 3)
+    settings = {'none': None, 'commit_every=1': 1, 'commit_every=8': 8}
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in settings}
+    for _ in range(rounds):
+        for name, every in settings.items():
+            results[name].append(measure(every, steps))
+    med = {name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+           for name, runs in results.items()}
+    print(f'\nDelayed commits, reach-task SAC (batch 256), {steps} optimizer steps x '
+          f'{rounds} alternating rounds (medians)')
+    print(f'{"setting":<16}{"ms/step":>9}{"stall ms/step":>15}{"MB/s published":>16}')
+    print('-' * 56)
+    for name, r in med.items():
+        print(f'{name:<16}{1e3 * r["step_s"]:>9.2f}{1e3 * r["stall_s"]:>15.3f}'
+              f'{r["bytes_per_s"] / 1e6:>16.3f}')
+    print('stall = commit + server read + int8 encode + publish, per optimizer step')
+    print(json.dumps({'stall_ms_commit1': round(1e3 * med['commit_every=1']['stall_s'], 4),
+                      'stall_ms_commit8': round(1e3 * med['commit_every=8']['stall_s'], 4)}))
+
+
+if __name__ == '__main__':
+    main()
