@@ -18,8 +18,8 @@ Delayed update: learner stall per optimizer step and bytes/s for commit_every 1 
 The learner trains the reach-task networks on a filled replay buffer. After every
 ``commit_every`` optimizer steps it commits the accumulated actor change to the parameter
 server, reads the server's weights back and publishes the int8 packet on the shared-memory
-weight board -- exactly what the local runner does. The stall is the time that commit path
-adds per optimizer step, measured against the same loop with no commits in the same run
+weight board -- exactly what the local runner does. The stall is the time the commit path
+(commit, read back, encode) adds per optimizer step, measured against the same loop with no commits in the same run
 (rounds alternate so machine noise hits every setting alike).
 
 Usage: ``python bench/commit_strategies.py [--quick]``; the last line is a JSON summary.
@@ -59,40 +59,24 @@ def _learner(seed: int):
 
 def measure(commit_every: int | None, steps: int, seed: int = 0) -> dict[str, float]:
     """Return seconds per optimizer step and bytes published for one setting."""
-    from async_rl_ros.core.codec import encode_policy_state, WeightEncoder
     from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
-    from async_rl_ros.core.parameter_server import CommitAccumulator, ParameterServer
+    from async_rl_ros.core.publisher import PolicyPublisher
     from async_rl_ros.local.weight_board import WeightBoard
 
     learner = _learner(seed)
-
-    def actor():
-        return {k: v.detach().cpu().numpy() for k, v in learner.sac.actor.state_dict().items()}
-
-    server = ParameterServer(ParameterServerConfig())
-    server.initialize(actor())
-    accumulator = CommitAccumulator(commit_every or 1, actor())
-    encoder = WeightEncoder(CodecConfig(delta=False))
+    publisher = PolicyPublisher(learner, ParameterServerConfig(), CodecConfig())
     board = WeightBoard()
-    published = 0
-    stall = 0.0
     start = time.perf_counter()
     for step in range(1, steps + 1):
         learner.train_step()
         if commit_every and step % commit_every == 0:
-            t0 = time.perf_counter()
-            delta = accumulator.flush(actor())
-            version = server.commit(delta, server.version)
-            learner.policy_version = version
-            state = dict(learner.policy_state(), actor=server.read()[1], version=version)
-            packet = encode_policy_state(encoder, state).to_bytes()
-            board.publish(packet, version)
-            published += len(packet)
-            stall += time.perf_counter() - t0
+            published = publisher.publish()
+            if published is not None:
+                board.publish(published[1], published[0])
     elapsed = time.perf_counter() - start
     board.close()
-    return {'step_s': elapsed / steps, 'stall_s': stall / steps,
-            'bytes_per_s': published / elapsed}
+    return {'step_s': elapsed / steps, 'stall_s': publisher.seconds / steps,
+            'bytes_per_s': publisher.bytes_published / elapsed}
 
 
 def main() -> None:
@@ -115,7 +99,7 @@ def main() -> None:
     for name, r in med.items():
         print(f'{name:<16}{1e3 * r["step_s"]:>9.2f}{1e3 * r["stall_s"]:>15.3f}'
               f'{r["bytes_per_s"] / 1e6:>16.3f}')
-    print('stall = commit + server read + int8 encode + publish, per optimizer step')
+    print('stall = commit + server read + int8 encode, per optimizer step')
     print(json.dumps({'stall_ms_commit1': round(1e3 * med['commit_every=1']['stall_s'], 4),
                       'stall_ms_commit8': round(1e3 * med['commit_every=8']['stall_s'], 4)}))
 

@@ -19,8 +19,8 @@ All the wiring of the local transport lives here::
 
     worker processes --(queue of 64-transition batches)--> reader thread --> DoubleBuffer
     main thread: DoubleBuffer.take -> Learner.ingest; Learner.train_step; every commit_every
-      updates: CommitAccumulator -> ParameterServer.commit -> read -> WeightEncoder (full
-      int8 packet, CRC) -> WeightBoard (shared memory) -> workers poll, decode, load
+      updates: PolicyPublisher (commit to the ParameterServer, read back, full int8 packet
+      with CRC) -> WeightBoard (shared memory) -> workers poll, decode, load
 
 Modes: ``async`` -- workers never wait, the learner trains whenever it has data; ``sync`` --
 the same components in lockstep (every worker sends one batch, then waits while the learner
@@ -42,12 +42,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from async_rl_ros.core.codec import CodecError, encode_policy_state, WeightDecoder, \
-    WeightEncoder
+from async_rl_ros.core.codec import CodecError, WeightDecoder
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.double_buffer import DoubleBuffer
 from async_rl_ros.core.learner import Learner
-from async_rl_ros.core.parameter_server import CommitAccumulator, ParameterServer
+from async_rl_ros.core.publisher import PolicyPublisher
 from async_rl_ros.local.weight_board import WeightBoard
 import numpy as np
 
@@ -140,11 +139,8 @@ class LocalRunner:
         self.sync = runner.mode == 'sync'
         self.on_metrics = on_metrics
         self.learner = Learner(cfg, OBS_DIM, ACT_DIM)
-        actor = self._actor_numpy()
-        self.server = ParameterServer(runner.parameter_server)
-        self.server.initialize(actor, version=0)
-        self.accumulator = CommitAccumulator(runner.parameter_server.commit_every, actor)
-        self.encoder = WeightEncoder(dataclasses.replace(runner.codec, delta=False))
+        self.publisher = PolicyPublisher(self.learner, runner.parameter_server, runner.codec)
+        self.server = self.publisher.server
         self.board = WeightBoard(capacity=runner.board_bytes)
         self._ctx = mp.get_context('spawn')
         self.queue = self._ctx.Queue(maxsize=runner.queue_batches)
@@ -160,13 +156,8 @@ class LocalRunner:
         self.respawns = 0
         self.commit_times: list[float] = []
         self.stopping = False
-        self._published_version = -1
 
     # ------------------------------------------------------------------ plumbing
-    def _actor_numpy(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().cpu().numpy().astype(np.float32)
-                for k, v in self.learner.sac.actor.state_dict().items()}
-
     def _preprocess(self, message: tuple) -> tuple | None:
         transitions, episodes, stats = message
         if set(transitions) != {'obs', 'action', 'reward', 'next_obs', 'terminated',
@@ -206,23 +197,13 @@ class LocalRunner:
                 self._spawn(worker_id)
 
     def _publish(self) -> None:
-        """Commit the accumulated change, read the server, broadcast a full packet."""
+        """Commit, read the server and put the new packet on the board."""
         start = time.perf_counter()
-        delta = self.accumulator.flush(self._actor_numpy())
-        if delta is not None:
-            version = self.server.commit(delta, self.server.version)
-            self.learner.policy_version = version
-        if self.server.version == self._published_version:
-            return  # nothing new to broadcast
-        state = self.learner.policy_state()
-        if state is None:
-            return  # the doctor refused non-finite weights: workers keep the last good ones
-        version, actor = self.server.read()
-        self._published_version = version
-        state = dict(state, actor=actor, version=version)
-        packet = encode_policy_state(self.encoder, state).to_bytes()
-        self.board.publish(packet, version)
-        self.commit_times.append(time.perf_counter() - start)
+        published = self.publisher.publish()
+        if published is not None:
+            version, packet = published
+            self.board.publish(packet, version)
+            self.commit_times.append(time.perf_counter() - start)
 
     def _ingest_ready(self) -> int:
         n = 0
