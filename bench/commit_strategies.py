@@ -18,9 +18,10 @@ Delayed update: learner stall per optimizer step and bytes/s for commit_every 1 
 The learner trains the reach-task networks on a filled replay buffer. After every
 ``commit_every`` optimizer steps it commits the accumulated actor change to the parameter
 server, reads the server's weights back and publishes the int8 packet on the shared-memory
-weight board -- exactly what the local runner does. The stall is the time the commit path
-(commit, read back, encode) adds per optimizer step, measured against the same loop with no commits in the same run
-(rounds alternate so machine noise hits every setting alike).
+weight board -- exactly what the local runner does (through the same ``PolicyPublisher``).
+The stall is the time the commit path (commit, read back, encode) adds per optimizer step;
+the loop with no commits runs in the same process for comparison, and the rounds alternate
+so machine noise hits every setting alike.
 
 Usage: ``python bench/commit_strategies.py [--quick]``; the last line is a JSON summary.
 """
