@@ -1,0 +1,168 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Wall-clock time to 95 % success on the UR5 reach task: async, sync and Stable-Baselines3 SAC.
+
+Each setting trains alone on the machine (one after the other) for at most ``--budget-s``.
+Evaluation must not stop the clock it measures, so training only snapshots the policy every
+``--snapshot-s`` seconds (a copy of the actor, milliseconds); after training, every snapshot
+is evaluated on the same episodes with the deterministic policy, and the time to success is
+the wall-clock time of the first snapshot reaching the threshold.
+
+Usage: ``python bench/time_to_success.py [--quick] [--workers W] [--budget-s S]``; the last
+line is a JSON summary (``null`` where a setting did not reach the threshold in its budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+
+EVAL_SEED = 2_000_000
+
+
+def _success(act, episodes: int) -> float:
+    from async_rl_ros.core.evaluation import run_episodes
+    from async_rl_ros.envs.reach_env import make_reach_env
+
+    env = make_reach_env()
+    try:
+        return run_episodes(env, act, episodes, seed=EVAL_SEED).success_rate
+    finally:
+        env.close()
+
+
+def _configs(budget_steps: int):
+    from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, load_node_config,
+                                          LocalRunnerConfig)
+    from async_rl_ros.local.cli import default_config_path
+    path = default_config_path()
+    cfg = load_node_config(path, 'learner', LearnerConfig, {
+        'total_env_steps': budget_steps, 'batch.initial_batch': 256,
+        'checkpoint.directory': '/tmp/async_rl_bench_tts'})
+    return (load_node_config(path, 'env_worker', EnvWorkerConfig), cfg,
+            load_node_config(path, 'local_runner', LocalRunnerConfig))
+
+
+def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float
+               ) -> list[tuple[float, dict]]:
+    """Train with the local runner; return ``(seconds, policy_state)`` snapshots."""
+    import torch
+
+    from async_rl_ros.local.runner import LocalRunner
+
+    torch.set_num_threads(1)
+    env_cfg, cfg, rcfg = _configs(10**9)
+    runner = LocalRunner(env_cfg, cfg, rcfg.replace(mode=mode, num_workers=workers))
+    snapshots: list[tuple[float, dict]] = []
+    start = time.perf_counter()
+
+    def tick(run: LocalRunner) -> None:
+        elapsed = time.perf_counter() - start
+        if run.learner.updates and elapsed - (snapshots[-1][0] if snapshots else 0) > snapshot_s:
+            state = run.learner.policy_state()
+            if state is not None:
+                snapshots.append((elapsed, state))
+
+    runner.run(should_stop=lambda: time.perf_counter() - start > budget_s, on_tick=tick)
+    learner = runner.learner
+    return [(t, learner.policy_from_state(s)) for t, s in snapshots]
+
+
+def run_sb3(budget_s: float, snapshot_s: float) -> list[tuple[float, object]]:
+    """Train SB3 SAC (its defaults) on the same env; return policy snapshots."""
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+    import torch
+
+    from async_rl_ros.envs.reach_env import make_reach_env
+
+    torch.set_num_threads(1)
+    model = SAC('MlpPolicy', make_reach_env(), seed=0, verbose=0, device='cpu')
+    snapshots: list[tuple[float, object]] = []
+    start = time.perf_counter()
+
+    class Snapshot(BaseCallback):
+
+        def _on_step(self) -> bool:
+            elapsed = time.perf_counter() - start
+            if elapsed - (snapshots[-1][0] if snapshots else 0) > snapshot_s:
+                snapshots.append((elapsed, copy.deepcopy(model.policy.actor.state_dict())))
+            return elapsed < budget_s
+
+    model.learn(10**9, callback=Snapshot())
+
+    def policy(state):
+        clone = copy.deepcopy(model.policy)
+        clone.actor.load_state_dict(state)
+        return lambda obs: clone.predict(obs, deterministic=True)[0]
+
+    return [(t, policy(s)) for t, s in snapshots]
+
+
+def time_to(snapshots, threshold: float, episodes: int, act_of) -> tuple[float | None, list]:
+    """Evaluate snapshots in time order; return the first time at ``threshold`` and a curve."""
+    curve = []
+    for seconds, policy in snapshots:
+        rate = _success(act_of(policy), episodes)
+        curve.append((seconds, rate))
+        if rate >= threshold:
+            return seconds, curve
+    return None, curve
+
+
+def main() -> None:
+    """Run the three settings one after the other and print the table and JSON."""
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true', help='60 s per setting (< 5 min)')
+    parser.add_argument('--workers', type=int, default=2)
+    parser.add_argument('--budget-s', type=float, default=2400.0, help='per setting')
+    parser.add_argument('--snapshot-s', type=float, default=60.0)
+    parser.add_argument('--episodes', type=int, default=40, help='per snapshot evaluation')
+    parser.add_argument('--threshold', type=float, default=0.95)
+    args = parser.parse_args()
+    if args.quick:
+        args.budget_s, args.snapshot_s, args.episodes = 60.0, 20.0, 10
+
+    def ours(policy):
+        return lambda obs: policy(torch.as_tensor(obs)).detach().numpy()
+
+    results = {}
+    for name, train, act_of in (
+            ('async', lambda: run_runner('async', args.workers, args.budget_s,
+                                         args.snapshot_s), ours),
+            ('sync', lambda: run_runner('sync', args.workers, args.budget_s,
+                                        args.snapshot_s), ours),
+            ('sb3', lambda: run_sb3(args.budget_s, args.snapshot_s), lambda p: p)):
+        results[name] = time_to(train(), args.threshold, args.episodes, act_of)
+
+    print(f'\nTime to {100 * args.threshold:.0f} % success (deterministic policy, '
+          f'{args.episodes} episodes per snapshot), budget {args.budget_s:.0f} s per setting, '
+          f'{args.workers} workers for async/sync')
+    for name, (seconds, curve) in results.items():
+        shown = ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve)
+        print(f'{name:<6} {"not reached" if seconds is None else f"{seconds:.0f} s":>12}'
+              f'   {shown}')
+    a, s = results['async'][0], results['sb3'][0]
+    print(json.dumps({'async_s': a, 'sync_s': results['sync'][0], 'sb3_s': s,
+                      'speedup_vs_sb3': round(s / a, 2) if a and s else None}))
+
+
+if __name__ == '__main__':
+    main()
