@@ -183,7 +183,7 @@ class Learner:
         x = torch.as_tensor(z, device=self.device).unsqueeze(0)
         return self.sac.actor.act(x, deterministic=deterministic)[0].cpu().numpy()
 
-    def policy_state(self) -> dict[str, Any]:
+    def policy_state(self) -> dict[str, Any] | None:
         """
         Return what a worker needs to act: actor weights (CPU), normalizer stats, version.
 
