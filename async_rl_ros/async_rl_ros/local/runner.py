@@ -54,7 +54,8 @@ __all__ = ['LocalRunner', 'default_num_workers']
 
 _LOG = logging.getLogger(__name__)
 OBS_DIM, ACT_DIM = 21, 6
-RESPAWN_DELAY_S = 0.5
+RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
+SYNC_ROUND_TIMEOUT_S = 5.0  # s a sync round waits for missing workers
 
 
 def default_num_workers() -> int:
@@ -129,15 +130,12 @@ class LocalRunner:
     :param env_cfg: the ``env_worker`` section (every worker gets it, with its own seed).
     :param cfg: the ``learner`` section.
     :param runner: the ``local_runner`` section (mode, workers, transport sizes).
-    :param on_metrics: receives ``(metrics, env_steps)`` about every ``stats_interval_s``.
     """
 
-    def __init__(self, env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner: LocalRunnerConfig,
-                 on_metrics: Callable[[dict[str, float], int], None] | None = None):
+    def __init__(self, env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner: LocalRunnerConfig):
         self.env_cfg, self.cfg, self.rcfg = env_cfg, cfg, runner
         self.num_workers = runner.num_workers or default_num_workers()
         self.sync = runner.mode == 'sync'
-        self.on_metrics = on_metrics
         self.learner = Learner(cfg, OBS_DIM, ACT_DIM)
         self.publisher = PolicyPublisher(self.learner, runner.parameter_server, runner.codec)
         self.server = self.publisher.server
@@ -206,13 +204,14 @@ class LocalRunner:
             self.commit_times.append(time.perf_counter() - start)
 
     def _ingest_ready(self) -> int:
-        n = 0
-        for transitions, episodes, stats in self.buffer.take():
-            n += self.learner.ingest(transitions)
+        """Ingest every preprocessed batch; return how many batches there were."""
+        ready = self.buffer.take()
+        for transitions, episodes, stats in ready:
+            self.learner.ingest(transitions)
             self.worker_stats[int(stats['worker_id'])] = stats
             with self._episodes_lock:
                 self.episode_metrics.extend(episodes)
-        return n
+        return len(ready)
 
     # ------------------------------------------------------------------ main loop
     def run(self, should_stop: Callable[[], bool] = lambda: False,
@@ -224,7 +223,7 @@ class LocalRunner:
             self._spawn(worker_id)
         total = self.cfg.total_env_steps
         commit_every = self.rcfg.parameter_server.commit_every
-        last_check = time.monotonic()
+        last_check = round_start = time.monotonic()
         round_batches = 0
         try:
             while self.learner.env_steps < total and not should_stop():
@@ -232,14 +231,15 @@ class LocalRunner:
                 if now - last_check > RESPAWN_DELAY_S:
                     self._respawn_dead()
                     last_check = now
-                before = self.learner.env_steps
-                self._ingest_ready()
-                round_batches += (self.learner.env_steps - before) // self.rcfg.transition_batch
+                round_batches += self._ingest_ready()
                 if self.sync:
-                    if round_batches < self.num_workers:
+                    # A round closes when every worker sent its batch, or after a timeout
+                    # (a worker died, or its batch was dropped) once some data arrived.
+                    late = round_batches and now - round_start > SYNC_ROUND_TIMEOUT_S
+                    if round_batches < self.num_workers and not late:
                         time.sleep(0.0005)
                         continue
-                    round_batches = 0
+                    round_batches, round_start = 0, time.monotonic()
                     updates = int(self.num_workers * self.rcfg.transition_batch
                                   * self.cfg.updates_per_step) if self.learner.ready() else 0
                     for _ in range(updates):
