@@ -436,7 +436,7 @@ def test_storage_validates_batches():
     # Scalars broadcast for per-batch fields; (n, 1) rewards are accepted.
     idx = storage.extend(dict(batch, policy_version=7, worker_id=3, reward=np.ones((4, 1))))
     np.testing.assert_array_equal(storage.policy_version[idx], 7)
-    assert storage.add(**{k: v[0] for k, v in make_batch(1).items()}) == 4
+    assert storage.extend(make_batch(1))[0] == 4
     for name, (dtype, _) in FIELDS.items():
         assert getattr(storage, name).dtype == dtype
     assert storage.policy_version.dtype == np.int64 and storage.worker_id.dtype == np.int32

@@ -390,16 +390,6 @@ class ReplayStorage:
         self._added += n
         return indices
 
-    def add(self, **transition: Any) -> int:
-        """
-        Append one transition.
-
-        :param transition: every field of :data:`FIELDS`, without a batch dimension.
-        :returns: its slot.
-        """
-        batch = {k: np.asarray(v)[None] for k, v in transition.items()}
-        return int(self.extend(batch)[0])
-
     def get(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """
         Gather transitions.
