@@ -115,8 +115,10 @@ class Learner:
         rewards = np.asarray(batch['reward'], dtype=np.float64).reshape(n)
         for worker in np.unique(workers):
             self.doctor.observe_rewards(int(worker), rewards[workers == worker])
-        lags = version - np.broadcast_to(np.asarray(batch['policy_version']), (n,))
-        self.doctor.observe_lag(lags)
+        acted = np.broadcast_to(np.asarray(batch['policy_version']), (n,))
+        acted = acted[acted >= 0]  # negative: random warm-up actions, no policy to lag behind
+        if acted.size:
+            self.doctor.observe_lag(version - acted)
         return n
 
     def ready(self) -> bool:
