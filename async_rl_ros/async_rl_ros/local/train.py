@@ -35,6 +35,7 @@ from async_rl_ros.core.learner import Learner
 from async_rl_ros.core.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.single_process import train_single_process
 from async_rl_ros.local.runner import default_num_workers
+import numpy as np
 import torch
 
 __all__ = ['TrainResult', 'train', 'train_local']
@@ -88,7 +89,9 @@ def _finish(learner: Learner, eval_env: Any, logger: MetricsLogger, log_dir: Pat
     evaluation = run_episodes(eval_env, lambda o: learner.act(o, deterministic=True),
                               episodes, seed=1_000_000)
     logger.log({'eval/success_rate': evaluation.success_rate,
-                'eval/final_distance': evaluation.mean_final_distance}, learner.env_steps)
+                'eval/final_distance': evaluation.mean_final_distance,
+                'eval/episodic_return': float(np.mean(evaluation.returns))},
+               learner.env_steps)
     curve = plot_learning_curve(logger.history, log_dir / 'learning_curve.png', title=title)
     logger.close()
     return checkpoint, policy_path, evaluation, curve
