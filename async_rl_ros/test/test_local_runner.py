@@ -23,18 +23,19 @@ import time
 
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.local.runner import LocalRunner
+import numpy as np
 import psutil
 import pytest
 import torch
 
 
-def configs(tmp_path, mode: str, steps: int):
+def configs(tmp_path, mode: str, steps: int, hidden=(32, 32), **runner):
     learner = LearnerConfig().replace(**{
-        'sac.hidden_sizes': [32, 32], 'batch.initial_batch': 64, 'batch.min_batch': 8,
+        'sac.hidden_sizes': list(hidden), 'batch.initial_batch': 64, 'batch.min_batch': 8,
         'learning_starts': 256, 'warmup_steps': 256, 'total_env_steps': steps,
         'replay.capacity': 50_000, 'checkpoint.directory': str(tmp_path / 'ckpt')})
     runner = LocalRunnerConfig().replace(mode=mode, num_workers=2, transition_batch=32,
-                                         **{'parameter_server.commit_every': 4})
+                                         **{'parameter_server.commit_every': 4, **runner})
     return EnvWorkerConfig(), learner, runner
 
 
@@ -44,19 +45,49 @@ def _one_thread():
 
 
 @pytest.mark.parametrize('mode', ['async', 'sync'])
-def test_both_modes_train_publish_and_leave_no_process(tmp_path, mode):
-    runner = LocalRunner(*configs(tmp_path, mode, 1500))
-    runner.run()
+def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
+    """Both modes learn a little on a tiny budget (episodes get better than random)."""
+    runner = LocalRunner(*configs(tmp_path, mode, 3000, hidden=(64, 64)))
+    episodes = []
+    runner.run(on_tick=lambda run: episodes.extend(run.take_episode_metrics()))
+    episodes.extend(runner.take_episode_metrics())
     learner = runner.learner
-    assert learner.env_steps >= 1500
+    assert learner.env_steps >= 3000
     assert learner.updates > 0 and learner.policy_version > 0
     assert runner.server.version == learner.policy_version  # commits went through the server
     versions = {int(s['policy_version']) for s in runner.worker_stats.values()}
     assert max(versions) >= 1  # workers decoded the board's packets and act with them
-    assert runner.metrics()['transport/rejected_packets'] == 0
+    metrics = runner.metrics()
+    assert metrics['transport/rejected_packets'] == 0
+    assert metrics['charts/transition_lag_p50'] <= metrics['charts/transition_lag_max']
     if mode == 'sync':
-        assert runner.metrics()['charts/policy_lag_max'] <= 1.0
+        assert metrics['charts/policy_lag_max'] <= 1.0
+        assert metrics['charts/transition_lag_max'] <= 1.0  # lockstep: at most one behind
+    returns = [e['charts/episodic_return'] for e in episodes]
+    assert len(returns) >= 20
+    assert np.mean(returns[-5:]) > np.mean(returns[:5])  # the first ones are random warm-up
     assert all(not h.process.is_alive() for h in runner.workers.values())
+
+
+@pytest.mark.parametrize('ratio', [0.25, 1.0])
+def test_async_workers_keep_to_the_update_to_data_ratio(tmp_path, ratio):
+    """Free-running workers would send 100x what the learner uses; the limit holds them."""
+    env_cfg, learner_cfg, runner_cfg = configs(tmp_path, 'async', 2500, rate_limit_slack=300)
+    learner_cfg = learner_cfg.replace(updates_per_step=ratio)
+    runner = LocalRunner(env_cfg, learner_cfg, runner_cfg)
+    runner.run()
+    learner = runner.learner
+    in_flight = runner.num_workers * runner_cfg.transition_batch  # checked, then one batch
+    assert learner.env_steps >= 2500
+    assert learner.updates >= ratio * (learner.env_steps - 300 - in_flight) - 1
+    assert learner.updates <= ratio * learner.env_steps + 1  # max_update_ratio 1.0 caps it
+
+
+def test_rate_limit_slack_zero_lets_workers_run_free(tmp_path):
+    runner = LocalRunner(*configs(tmp_path, 'async', 4000, rate_limit_slack=0))
+    runner.run()
+    assert runner.allowance.value >= 2**62
+    assert runner.metrics()['transport/rate_limited'] == 0.0
 
 
 def test_a_killed_worker_is_respawned_and_training_continues(tmp_path):

@@ -41,11 +41,12 @@ def run_cli(tmp_path, *args, **kwargs):
 
 
 def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
-    proc = run_cli(tmp_path, '--steps', '400')
+    """The default command trains asynchronously with worker processes."""
+    proc = run_cli(tmp_path, '--steps', '400', '--workers', '1')
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     run = tmp_path / 'run'
-    assert 'SAC single' in out and 'eval success rate' in out
+    assert 'SAC async' in out and 'eval success rate' in out
     assert list((run / 'ckpt').glob('ckpt_*.pt'))
     assert (run / 'learning_curve.png').stat().st_size > 10_000
     assert list((run / 'tensorboard').glob('events.out.tfevents.*'))
@@ -55,9 +56,9 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
-    first = run_cli(tmp_path, '--steps', '300')
+    first = run_cli(tmp_path, '--steps', '300', '--mode', 'single')
     assert first.wait(timeout=600) == 0
-    second = run_cli(tmp_path, '--steps', '500', '--resume')
+    second = run_cli(tmp_path, '--steps', '500', '--resume', '--mode', 'single')
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
     assert 'resumed from' in err and 'at 300 env steps' in err
@@ -66,7 +67,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
 
 @pytest.mark.skipif(sys.platform == 'win32', reason='POSIX signals')
 def test_ctrl_c_writes_a_final_checkpoint_and_exits_cleanly(tmp_path):
-    proc = run_cli(tmp_path, '--steps', '1000000')
+    proc = run_cli(tmp_path, '--steps', '1000000', '--mode', 'single')
     deadline = time.time() + 300
     tb = tmp_path / 'run' / 'tensorboard'
     while time.time() < deadline and not list(tb.glob('events.out.tfevents.*')):

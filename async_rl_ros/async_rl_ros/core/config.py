@@ -676,8 +676,10 @@ class LearnerConfig(Section):
                                   'update.', unit='transitions', low=1, high=_INT32_MAX)
     warmup_steps: int = option(5000, 'Env steps acted with uniform random actions before the '
                                'policy takes over.', unit='steps', low=0, high=_INT32_MAX)
-    updates_per_step: float = option(1.0, 'Gradient updates per env step in single-process '
-                                     'training (update-to-data ratio).', low=0.0, high=64.0,
+    updates_per_step: float = option(1.0, 'Gradient updates per env step (update-to-data '
+                                     'ratio): single-process and sync training do this many; '
+                                     'async training holds the learner near it with the '
+                                     'worker rate limit.', low=0.0, high=64.0,
                                      low_open=True)
     total_env_steps: int = option(100_000, 'Training budget.', unit='steps', low=1,
                                   high=10**12)
@@ -707,6 +709,10 @@ class LocalRunnerConfig(Section):
                                 'batches (they never wait).', low=1, high=1_000_000)
     max_update_ratio: float = option(1.0, 'Async mode: at most this many updates per '
                                      'transition received.', low=0.0, high=64.0, low_open=True)
+    rate_limit_slack: int = option(2000, 'Async mode: transitions the workers may run ahead '
+                                   'of learner.updates_per_step before they pause (they never '
+                                   'wait for a reply, only skip stepping); 0: no limit.',
+                                   unit='transitions', low=0, high=10**9)
     board_bytes: int = option(8 << 20, 'Shared-memory size of the weights board.', unit='B',
                               low=1 << 16, high=1 << 31)
     stats_interval_s: float = option(2.0, 'Seconds between metric reports.', unit='s',

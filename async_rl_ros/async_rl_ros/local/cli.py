@@ -104,9 +104,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--policy', choices=('sac', 'scripted', 'random'), default='sac',
                         help='train SAC (default), or run a damped-least-squares reach '
                         'controller or uniform random actions')
-    parser.add_argument('--mode', choices=('single', 'async', 'sync'), default='single',
-                        help='single: the learner steps one env itself; async: env-worker '
-                        'processes that never wait; sync: the same in lockstep (baseline)')
+    parser.add_argument('--mode', choices=('single', 'async', 'sync'), default=None,
+                        help='async: env-worker processes that never wait for the learner; '
+                        'sync: the same in lockstep (baseline); single: the learner steps one '
+                        'env itself (default: local_runner.mode of the config, async)')
     parser.add_argument('--workers', type=int, default=None,
                         help='env worker processes for async/sync (default: physical cores - 1)')
     parser.add_argument('--steps', type=int, default=None,
@@ -134,7 +135,7 @@ def _load(args: argparse.Namespace
         if args.workers < 1:
             raise ConfigError('--workers', args.workers, '>= 1')
         overrides['local_runner']['num_workers'] = args.workers
-    if args.mode != 'single':
+    if args.mode not in (None, 'single'):
         overrides['local_runner']['mode'] = args.mode
     env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides['env_worker'])
     learner_cfg = load_node_config(path, 'learner', LearnerConfig, overrides['learner'])
@@ -165,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                          str(result.policy)),
                      ('learning curve', str(result.curve)),
                      ('TensorBoard', f'tensorboard --logdir {result.log_dir}')]
-            print_table(f'UR5 reach, SAC {args.mode} (config: {config_path})', rows)
+            mode = 'single process' if args.mode == 'single' else runner_cfg.mode
+            print_table(f'UR5 reach, SAC {mode} (config: {config_path})', rows)
             return 0
         from async_rl_ros.envs.reach_env import UR5ReachEnv
         from async_rl_ros.envs.scripted import ScriptedReachPolicy

@@ -22,9 +22,16 @@ All the wiring of the local transport lives here::
       updates: PolicyPublisher (commit to the ParameterServer, read back, full int8 packet
       with CRC) -> WeightBoard (shared memory) -> workers poll, decode, load
 
-Modes: ``async`` -- workers never wait, the learner trains whenever it has data; ``sync`` --
-the same components in lockstep (every worker sends one batch, then waits while the learner
-updates and publishes), the baseline of the design write-up's comparison.
+Modes: ``async`` -- workers never wait for the learner, the learner trains whenever it has
+data; ``sync`` -- the same components in lockstep (every worker sends one batch, then waits
+while the learner updates and publishes), the baseline of the design write-up's comparison.
+
+Async rate limit: simulated workers step ~100x faster than a CPU learner updates, so free
+running they would spend the env-step budget after a few hundred updates. Workers may run
+``rate_limit_slack`` transitions ahead of the learner's update-to-data ratio
+(``learner.updates_per_step``); beyond that they skip stepping (still polling weights) until
+the learner catches up -- a sample-to-insert rate limiter in the manner of Reverb (Cassirer et
+al., 2021), never a round trip with the learner.
 
 A worker process that dies is respawned; the first Ctrl-C stops every process and still
 writes the final checkpoint.
@@ -32,6 +39,7 @@ writes the final checkpoint.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import multiprocessing as mp
@@ -56,6 +64,9 @@ _LOG = logging.getLogger(__name__)
 OBS_DIM, ACT_DIM = 21, 6
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
 SYNC_ROUND_TIMEOUT_S = 5.0  # s a sync round waits for missing workers
+RATE_LIMIT_SLEEP_S = 0.001  # s a rate-limited worker idles before looking again
+LAG_WINDOW = 20_000         # transitions in the policy-lag distribution
+UNLIMITED = 2**62           # allowance of free-running workers
 
 
 def default_num_workers() -> int:
@@ -71,7 +82,7 @@ def default_num_workers() -> int:
 # ---------------------------------------------------------------------- worker process
 def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: int,
                  warmup: int, seed: int, out: Any, board_name: str, stop: Any,
-                 round_counter: Any, sync: bool) -> None:
+                 round_counter: Any, sync: bool, produced: Any, allowance: Any) -> None:
     """Run one env worker until ``stop`` is set (the body of a worker process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner stops us through ``stop``
     import torch
@@ -96,6 +107,9 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
                     worker.load_policy(decoder.policy_state())
                 except CodecError:
                     pass  # counted by the decoder; keep acting with the last good policy
+            if sum(produced) >= allowance.value:
+                time.sleep(RATE_LIMIT_SLEEP_S)  # the learner is behind its update-to-data ratio
+                continue
             transitions = worker.step()
             if transitions is None:
                 continue
@@ -104,6 +118,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
                      'policy_version': worker.policy.version}
             try:
                 out.put_nowait((transitions, worker.take_episode_metrics(), stats))
+                produced[worker_id] += len(transitions['reward'])  # this worker's slot only
             except queue.Full:
                 dropped += 1  # never wait for the learner
             if sync:
@@ -144,6 +159,14 @@ class LocalRunner:
         self.queue = self._ctx.Queue(maxsize=runner.queue_batches)
         self.stop_event = self._ctx.Event()
         self.round = self._ctx.Value('q', 0)
+        # Rate limit: transitions each worker queued since run() began, and how many all may.
+        # Lock-free (one writer per slot): a worker killed mid-update cannot leave a lock held.
+        self.produced = self._ctx.Array('q', self.num_workers, lock=False)
+        self.allowance = self._ctx.Value('q', UNLIMITED, lock=False)
+        self._steps_at_start = 0
+        self.lags: collections.deque[np.ndarray] = collections.deque()
+        self._lag_count = 0
+        self._rate_state: dict[int, tuple[float, float]] = {}
         self.buffer = DoubleBuffer(self._preprocess)
         self.workers: dict[int, _WorkerHandle] = {}
         self.worker_stats: dict[int, dict[str, float]] = {}
@@ -182,7 +205,7 @@ class LocalRunner:
             args=(worker_id, self.env_cfg.to_flat(), self.cfg.sac.hidden,
                   self.rcfg.transition_batch, self.cfg.warmup_steps // self.num_workers,
                   seed, self.queue, self.board.name, self.stop_event, self.round,
-                  self.sync))
+                  self.sync, self.produced, self.allowance))
         process.start()
         self.workers[worker_id] = _WorkerHandle(process, seed, time.monotonic(), restarts)
 
@@ -191,8 +214,8 @@ class LocalRunner:
             if not handle.process.is_alive() and not self.stop_event.is_set():
                 _LOG.warning('env worker %d exited (code %s); respawning', worker_id,
                              handle.process.exitcode)
-                self.respawns += 1
                 self._spawn(worker_id)
+                self.respawns += 1  # after the new handle is in place, for observers
 
     def _publish(self) -> None:
         """Commit, read the server and put the new packet on the board."""
@@ -203,10 +226,29 @@ class LocalRunner:
             self.board.publish(packet, version)
             self.commit_times.append(time.perf_counter() - start)
 
+    def _update_allowance(self) -> None:
+        """Let the workers queue what keeps the learner near its update-to-data ratio."""
+        if self.sync or not self.rcfg.rate_limit_slack:
+            return
+        ratio = min(self.cfg.updates_per_step, self.rcfg.max_update_ratio)
+        floor = max(self.cfg.learning_starts, self.learner.batch_sizer.batch_size)
+        allowed = max(floor, self.learner.updates / ratio) + self.rcfg.rate_limit_slack
+        self.allowance.value = int(allowed) - self._steps_at_start
+
+    def _record_lag(self, acted: np.ndarray) -> None:
+        acted = np.asarray(acted).reshape(-1)
+        lag = self.learner.policy_version - acted[acted >= 0]  # < 0: warm-up, no policy
+        if lag.size:
+            self.lags.append(lag)
+            self._lag_count += lag.size
+            while self._lag_count - self.lags[0].size >= LAG_WINDOW:
+                self._lag_count -= self.lags.popleft().size
+
     def _ingest_ready(self) -> int:
         """Ingest every preprocessed batch; return how many batches there were."""
         ready = self.buffer.take()
         for transitions, episodes, stats in ready:
+            self._record_lag(transitions['policy_version'])
             self.learner.ingest(transitions)
             self.worker_stats[int(stats['worker_id'])] = stats
             with self._episodes_lock:
@@ -218,6 +260,8 @@ class LocalRunner:
             on_tick: Callable[['LocalRunner'], None] | None = None) -> None:
         """Train until ``learner.total_env_steps`` transitions arrived or ``should_stop()``."""
         self._publish()
+        self._steps_at_start = self.learner.env_steps
+        self._update_allowance()
         self._reader.start()
         for worker_id in range(self.num_workers):
             self._spawn(worker_id)
@@ -250,6 +294,7 @@ class LocalRunner:
                 elif self.learner.ready() and self.learner.updates < (
                         self.learner.env_steps * self.rcfg.max_update_ratio):
                     self.learner.train_step()
+                    self._update_allowance()
                     if self.learner.updates % commit_every == 0:
                         self._publish()
                 else:
@@ -265,11 +310,22 @@ class LocalRunner:
             out, self.episode_metrics = self.episode_metrics, []
         return out
 
+    def worker_rates(self) -> dict[str, float]:
+        """Return each worker's env steps/s since the previous call."""
+        now, out = time.monotonic(), {}
+        for worker_id, stats in sorted(self.worker_stats.items()):
+            then, steps = self._rate_state.get(worker_id, (now, stats['steps']))
+            if now > then and stats['steps'] >= steps:  # a respawned worker counts from 0
+                out[f'workers/{worker_id}/steps_per_s'] = (stats['steps'] - steps) / (now - then)
+            self._rate_state[worker_id] = (now, stats['steps'])
+        return out
+
     def metrics(self) -> dict[str, float]:
         """Return transport metrics: queue depths, drops, rejections, policy lag."""
         depth = self.buffer.depth()
         lags = [self.learner.policy_version - s['policy_version']
                 for s in self.worker_stats.values() if s['policy_version'] >= 0]
+        acted = np.concatenate(self.lags) if self.lags else np.zeros(0)
         out = {'transport/raw_queue': float(depth['raw']),
                'transport/ready_batches': float(depth['ready']),
                'transport/dropped_batches': float(sum(s['dropped']
@@ -278,7 +334,12 @@ class LocalRunner:
                                                        for s in self.worker_stats.values())),
                'transport/respawns': float(self.respawns),
                'charts/policy_lag_max': float(max(lags)) if lags else 0.0,
-               'charts/policy_lag_mean': float(np.mean(lags)) if lags else 0.0}
+               'charts/policy_lag_mean': float(np.mean(lags)) if lags else 0.0,
+               'transport/rate_limited': float(sum(self.produced) >= self.allowance.value)}
+        if acted.size:  # versions behind, of the transitions received (the last LAG_WINDOW)
+            for q, value in zip((50, 90, 99), np.percentile(acted, (50, 90, 99))):
+                out[f'charts/transition_lag_p{q}'] = float(value)
+            out['charts/transition_lag_max'] = float(acted.max())
         if self.commit_times:
             out['transport/commit_ms'] = 1e3 * float(np.mean(self.commit_times[-50:]))
         return out

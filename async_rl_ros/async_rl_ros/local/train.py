@@ -205,12 +205,14 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
         dt = now - state['time']
         rates = {'charts/samples_per_s': (learner.env_steps - state['steps']) / dt,
                  'charts/updates_per_s': (learner.updates - state['updates']) / dt}
-        logger.log({**rates, **run.metrics(), **learner.metrics()}, learner.env_steps)
+        transport = run.metrics()
+        logger.log({**rates, **transport, **run.worker_rates(), **learner.metrics()},
+                   learner.env_steps)
         state.update(time=now, steps=learner.env_steps, updates=learner.updates)
         bar.set_postfix(success=f'{episodes[-1] if episodes else 0.0:.2f}',
                         samples_s=f'{rates["charts/samples_per_s"]:.0f}',
                         updates_s=f'{rates["charts/updates_per_s"]:.0f}',
-                        lag=f'{run.metrics()["charts/policy_lag_mean"]:.1f}')
+                        lag=f'{transport.get("charts/transition_lag_p50", 0.0):.0f}')
         interval = cfg.checkpoint.interval_steps
         if interval and learner.updates - state['saved'] >= interval:
             learner.save_checkpoint()
