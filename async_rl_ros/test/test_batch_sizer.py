@@ -58,7 +58,7 @@ class FakeClock:
 
 
 def make(fraction=0.5, **overrides):
-    values = {'adjust_interval_s': 10.0, 'grow_on_cpu': True}
+    values = {'adjust_interval_s': 10.0, 'grow_on_cpu': True, 'initial_batch': 512}
     values.update(overrides)
     cfg = BatchSizerConfig().replace(**values)
     probe, clock = FakeProbe(fraction), FakeClock()
@@ -72,7 +72,7 @@ def tick(sizer, clock, seconds=10.0):
 
 def test_defaults():
     sizer = BatchSizer(probe=FakeProbe())
-    assert sizer.batch_size == 512
+    assert sizer.batch_size == 256
     assert sizer.cfg.adjust_interval_s == 300.0 and sizer.cfg.memory_fraction == 0.85
 
 
@@ -262,7 +262,7 @@ def test_cgroup_limit_is_the_capacity(tmp_path, v2):
 
 
 def test_cpu_learner_does_not_grow_unless_asked():
-    cfg = BatchSizerConfig().replace(adjust_interval_s=10.0)
+    cfg = BatchSizerConfig().replace(adjust_interval_s=10.0, initial_batch=512)
     probe, clock = FakeProbe(0.1), FakeClock()
     sizer = BatchSizer(cfg, probe=probe, time_fn=clock)
     clock.t += 11.0

@@ -564,7 +564,8 @@ class DoctorConfig(Section):
 class BatchSizerConfig(Section):
     """Dynamic batch size of the learner (learner parameters ``batch.*``)."""
 
-    initial_batch: int = option(512, 'Batch size at start.', unit='samples', low=1, high=2**24)
+    initial_batch: int = option(256, 'Batch size at start (the usual SAC batch; a GPU learner '
+                                'grows it).', unit='samples', low=1, high=2**24)
     min_batch: int = option(32, 'Smallest batch size.', unit='samples', low=1, high=2**24)
     max_batch: int = option(8192, 'Largest batch size.', unit='samples', low=1, high=2**24)
     adaptive: bool = option(True, 'Resize from memory readings; when false the size only '
