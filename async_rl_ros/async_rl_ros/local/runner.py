@@ -232,7 +232,9 @@ class LocalRunner:
             return
         ratio = min(self.cfg.updates_per_step, self.rcfg.max_update_ratio)
         floor = max(self.cfg.learning_starts, self.learner.batch_sizer.batch_size)
-        allowed = max(floor, self.learner.updates / ratio) + self.rcfg.rate_limit_slack
+        # As in single-process training: learning starts after ``floor`` transitions, then
+        # ``ratio`` updates per transition.
+        allowed = floor + self.learner.updates / ratio + self.rcfg.rate_limit_slack
         self.allowance.value = int(allowed) - self._steps_at_start
 
     def _record_lag(self, acted: np.ndarray) -> None:
