@@ -161,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = [('env steps', f'{result.env_steps}'), ('updates', f'{result.updates}'),
                     ('wall time', f'{result.seconds:.0f} s'),
                     ('stopped early (Ctrl-C)', 'yes' if result.interrupted else 'no')]
+            rows += list(result.transport.items())
             rows += [(f'eval {name}', value) for name, value in result.evaluation.rows()[:5]]
             rows += [('checkpoint', result.checkpoint), ('policy (TorchScript)',
                                                          str(result.policy)),

@@ -54,6 +54,7 @@ class TrainResult:
     curve: Path
     log_dir: Path
     interrupted: bool
+    transport: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class _StopFlag:
@@ -191,7 +192,8 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
                unit='step', disable=not progress, dynamic_ncols=True, smoothing=0.05)
     episodes: list[float] = []
     state = {'time': time.perf_counter(), 'steps': learner.env_steps,
-             'updates': learner.updates, 'saved': learner.updates}
+             'updates': learner.updates, 'saved': learner.updates,
+             'steps0': learner.env_steps, 'updates0': learner.updates}
     start = time.perf_counter()
 
     def on_tick(run: LocalRunner) -> None:
@@ -223,6 +225,18 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
         interrupted = flag.stop
     bar.close()
     seconds = time.perf_counter() - start
+    transport = runner.metrics()
+    summary = {
+        'mode': f'{runner_cfg.mode}, {runner.num_workers} worker processes',
+        'samples/s, updates/s': f'{(learner.env_steps - state["steps0"]) / seconds:.0f}, '
+                                f'{(learner.updates - state["updates0"]) / seconds:.1f}',
+        'policy lag p50 / p99 / max': ' / '.join(
+            f'{transport.get(f"charts/transition_lag_{k}", 0.0):.0f}'
+            for k in ('p50', 'p99', 'max')) + ' versions',
+        'dropped batches, rejected packets, respawns': ', '.join(
+            f'{transport[k]:.0f}' for k in ('transport/dropped_batches',
+                                            'transport/rejected_packets',
+                                            'transport/respawns'))}
     eval_env = UR5ReachEnv(env_cfg)
     checkpoint, policy, evaluation, curve = _finish(
         learner, eval_env, logger, log_dir,
@@ -231,4 +245,5 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
     eval_env.close()
     return TrainResult(env_steps=learner.env_steps, updates=learner.updates, seconds=seconds,
                        evaluation=evaluation, checkpoint=checkpoint, policy=policy,
-                       curve=curve, log_dir=log_dir, interrupted=interrupted)
+                       curve=curve, log_dir=log_dir, interrupted=interrupted,
+                       transport=summary)
