@@ -40,6 +40,13 @@ def run_cli(tmp_path, *args, **kwargs):
                             env=env, **kwargs)
 
 
+def event_tags(path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(path))
+    events.Reload()
+    return set(events.Tags()['scalars'])
+
+
 def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     """The default command trains asynchronously with worker processes."""
     proc = run_cli(tmp_path, '--steps', '400', '--workers', '1')
@@ -49,7 +56,12 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     assert 'SAC async' in out and 'eval success rate' in out
     assert list((run / 'ckpt').glob('ckpt_*.pt'))
     assert (run / 'learning_curve.png').stat().st_size > 10_000
-    assert list((run / 'tensorboard').glob('events.out.tfevents.*'))
+    events = list((run / 'tensorboard').glob('events.out.tfevents.*'))
+    assert events
+    tags = event_tags(events[0])
+    for tag in ('losses/qf1_loss', 'losses/actor_loss', 'charts/samples_per_s',
+                'charts/transition_lag_p50', 'workers/0/steps_per_s', 'charts/episodic_return'):
+        assert tag in tags, tag
     policy = torch.jit.load(str(run / 'policy.pt'))
     action = policy(torch.zeros(21))
     assert action.shape == (6,) and bool((action.abs() <= 1).all())

@@ -175,6 +175,7 @@ class LocalRunner:
         self._reader = threading.Thread(target=self._read_queue, name='transitions',
                                         daemon=True)
         self.respawns = 0
+        self.update_metrics: dict[str, float] = {}  # of the last update (losses/*, replay/*)
         self.commit_times: list[float] = []
         self.stopping = False
 
@@ -289,13 +290,13 @@ class LocalRunner:
                     updates = int(self.num_workers * self.rcfg.transition_batch
                                   * self.cfg.updates_per_step) if self.learner.ready() else 0
                     for _ in range(updates):
-                        self.learner.train_step()
+                        self.update_metrics = self.learner.train_step() or self.update_metrics
                     self._publish()
                     with self.round.get_lock():
                         self.round.value += 1
                 elif self.learner.ready() and self.learner.updates < (
                         self.learner.env_steps * self.rcfg.max_update_ratio):
-                    self.learner.train_step()
+                    self.update_metrics = self.learner.train_step() or self.update_metrics
                     self._update_allowance()
                     if self.learner.updates % commit_every == 0:
                         self._publish()
@@ -316,7 +317,7 @@ class LocalRunner:
         """Return each worker's env steps/s since the previous call."""
         now, out = time.monotonic(), {}
         for worker_id, stats in sorted(self.worker_stats.items()):
-            then, steps = self._rate_state.get(worker_id, (now, stats['steps']))
+            then, steps = self._rate_state.get(worker_id, (self.workers[worker_id].started, 0))
             if now > then and stats['steps'] >= steps:  # a respawned worker counts from 0
                 out[f'workers/{worker_id}/steps_per_s'] = (stats['steps'] - steps) / (now - then)
             self._rate_state[worker_id] = (now, stats['steps'])

@@ -196,10 +196,10 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
              'steps0': learner.env_steps, 'updates0': learner.updates}
     start = time.perf_counter()
 
-    def on_tick(run: LocalRunner) -> None:
+    def on_tick(run: LocalRunner, final: bool = False) -> None:
         now = time.perf_counter()
         bar.update(learner.env_steps - bar.n)
-        if now - state['time'] < runner_cfg.stats_interval_s:
+        if now - state['time'] < runner_cfg.stats_interval_s and not final:
             return
         for m in run.take_episode_metrics():
             logger.log(m, learner.env_steps)
@@ -208,8 +208,8 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
         rates = {'charts/samples_per_s': (learner.env_steps - state['steps']) / dt,
                  'charts/updates_per_s': (learner.updates - state['updates']) / dt}
         transport = run.metrics()
-        logger.log({**rates, **transport, **run.worker_rates(), **learner.metrics()},
-                   learner.env_steps)
+        logger.log({**rates, **transport, **run.worker_rates(), **run.update_metrics,
+                    **learner.metrics()}, learner.env_steps)
         state.update(time=now, steps=learner.env_steps, updates=learner.updates)
         bar.set_postfix(success=f'{episodes[-1] if episodes else 0.0:.2f}',
                         samples_s=f'{rates["charts/samples_per_s"]:.0f}',
@@ -223,6 +223,7 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
     with _StopFlag() as flag:
         runner.run(should_stop=lambda: flag.stop, on_tick=on_tick)
         interrupted = flag.stop
+    on_tick(runner, final=True)  # the last metrics, however short the run
     bar.close()
     seconds = time.perf_counter() - start
     transport = runner.metrics()
