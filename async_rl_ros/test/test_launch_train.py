@@ -145,10 +145,12 @@ class TestTraining(unittest.TestCase):
             lambda: len(set(self.versions)) >= 3 and max(self.versions) >= 2, 600),
             f'weight versions seen: {sorted(set(self.versions))}')
         self.assertEqual(self.versions, sorted(self.versions))
-        self.assertTrue(self._spin_until(
-            lambda: all(w in self.status and self.status[w].policy_version >= 1
-                        for w in (0, 1)), 180),
-            f'worker status: {self.status}')
+
+        def acting_with_weights():
+            return all(w in self.status and self.status[w].policy_version >= 1 for w in (0, 1))
+
+        self.assertTrue(self._spin_until(acting_with_weights, 180),
+                        f'worker status: {self.status}')
         self.assertTrue(self._spin_until(
             lambda: {'env_worker: worker_0', 'env_worker: worker_1',
                      'param_server: shard_0', 'param_server: shard_1',
@@ -162,6 +164,7 @@ class TestTraining(unittest.TestCase):
         os.kill(pids[0], signal.SIGKILL)
         self.assertTrue(self._spin_until(
             lambda: _worker_pids(1) not in ([], pids), 60), 'worker 1 was not respawned')
+
         def respawned_steps():
             status = self.status[1]
             return status.state == 'active' and 0 < status.steps < steps_before
