@@ -90,7 +90,7 @@ class EnvWorkerNode(LifecycleNode):
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._state = 'unconfigured'
+        self._label = 'unconfigured'
         self._batches = 0
         self._episodes: list[dict[str, float]] = []
         self._episodes_lock = threading.Lock()
@@ -123,7 +123,7 @@ class EnvWorkerNode(LifecycleNode):
                 PolicyWeights, topics.weights_topic(shard), self._on_weights, qos.WEIGHTS))
         self._entities.append(self.create_timer(1.0 / self.transport.diagnostics_hz,
                                                 self._publish_status))
-        self._state = 'inactive'
+        self._label = 'inactive'
         self.get_logger().info(f'worker {self.worker_id} configured ({self.cfg.backend})')
         return TransitionCallbackReturn.SUCCESS
 
@@ -132,19 +132,19 @@ class EnvWorkerNode(LifecycleNode):
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name='env_worker', daemon=True)
         self._thread.start()
-        self._state = 'active'
+        self._label = 'active'
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop stepping, then stop the arm."""
         self._halt()
-        self._state = 'inactive'
+        self._label = 'inactive'
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Release the environment and the topics."""
         self._release()
-        self._state = 'unconfigured'
+        self._label = 'unconfigured'
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -161,7 +161,7 @@ class EnvWorkerNode(LifecycleNode):
         """Stop the thread and the arm and release the environment (idempotent)."""
         self._halt()
         self._release()
-        self._state = 'finalized'
+        self._label = 'finalized'
 
     def _halt(self) -> None:
         self._stop.set()
@@ -242,7 +242,7 @@ class EnvWorkerNode(LifecycleNode):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.worker_id = self.worker_id
         msg.source = self.source
-        msg.state = self._state
+        msg.state = self._label
         msg.policy_version = int(worker.policy.version)
         msg.steps = int(worker.steps)
         msg.batches_sent = int(self._batches)

@@ -114,8 +114,9 @@ class LearnerNode(Node):
         self._last_rates = (time.monotonic(), 0, 0)
         self._doctor_events = 0
         self._ingest_seen = (0, 0)
+        self._shard_rejected: dict[int, int] = {}
         self._metric_pubs: dict[str, Any] = {}
-        self._subscriptions: dict[str, Any] = {}
+        self._transition_subs: dict[str, Any] = {}
         self.finished = False
 
         self.buffer = DoubleBuffer(self._preprocess, max_raw=self.transport.max_raw_batches)
@@ -159,8 +160,8 @@ class LearnerNode(Node):
     def _discover(self) -> None:
         for name, types in self.get_topic_names_and_types():
             if (name.endswith('/' + topics.TRANSITIONS) and TRANSITION_TYPE in types
-                    and name not in self._subscriptions):
-                self._subscriptions[name] = self.create_subscription(
+                    and name not in self._transition_subs):
+                self._transition_subs[name] = self.create_subscription(
                     TransitionBatch, name, self.buffer.put, qos.TRANSITIONS)
                 self.get_logger().info(f'receiving transitions from {name}')
 
@@ -368,7 +369,7 @@ class LearnerNode(Node):
             {'received': self.buffer.received, 'processed': self.buffer.processed,
              'dropped': self.buffer.dropped, 'rejected': self.buffer.rejected,
              **{f'rejected_{k}': v for k, v in rejected.items()},
-             'topics': len(self._subscriptions)}, 'learner'))
+             'topics': len(self._transition_subs)}, 'learner'))
         timeout = self.transport.worker_timeout_s
         max_lag = self.cfg.doctor.max_policy_lag
         for worker_id, info in sorted(workers.items()):
@@ -397,11 +398,18 @@ class LearnerNode(Node):
             if status is None or now - stamp > timeout:
                 level, message, values = STALE, 'no status', {}
             else:
-                behind = self.committer.version - status.version
-                level = WARN if status.needs_full or behind > 1 else OK
-                message = ('waiting for a full commit' if status.needs_full
-                           else f'{behind} version(s) behind')
-                values = {'version': status.version, 'partitions': status.partitions,
+                # The status is up to one period old: 'behind' is informative, not a fault.
+                refused = status.commits_rejected > self._shard_rejected.get(shard_id, 0)
+                self._shard_rejected[shard_id] = status.commits_rejected
+                if status.needs_full:
+                    level, message = WARN, 'waiting for a full commit'
+                elif refused:
+                    level, message = WARN, 'refused commits'
+                else:
+                    level, message = OK, f'version {status.version}'
+                values = {'version': status.version,
+                          'behind': self.committer.version - status.version,
+                          'partitions': status.partitions,
                           'commits_applied': status.commits_applied,
                           'commits_rejected': status.commits_rejected}
             statuses.append(_status(f'param_server: shard_{shard_id}', level, message, values,

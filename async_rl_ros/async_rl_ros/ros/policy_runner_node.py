@@ -67,7 +67,7 @@ class PolicyRunnerNode(LifecycleNode):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._state = 'unconfigured'
+        self._label = 'unconfigured'
         self._timer = None
         self.status_pub = self.create_publisher(WorkerStatus, topics.POLICY_RUNNER_STATUS,
                                                 qos.STATUS)
@@ -87,7 +87,7 @@ class PolicyRunnerNode(LifecycleNode):
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return TransitionCallbackReturn.FAILURE
         self._timer = self.create_timer(1.0, self._publish_status)
-        self._state = 'inactive'
+        self._label = 'inactive'
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -95,19 +95,19 @@ class PolicyRunnerNode(LifecycleNode):
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name='policy_runner', daemon=True)
         self._thread.start()
-        self._state = 'active'
+        self._label = 'active'
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop stepping, then stop the arm."""
         self._halt()
-        self._state = 'inactive'
+        self._label = 'inactive'
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Release the environment."""
         self._release()
-        self._state = 'unconfigured'
+        self._label = 'unconfigured'
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -169,7 +169,7 @@ class PolicyRunnerNode(LifecycleNode):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.worker_id = self.runner_id
         msg.source = self.source
-        msg.state = self._state
+        msg.state = self._label
         msg.policy_version = -1
         msg.steps = int(self.steps)
         msg.episodes = len(episodes)
