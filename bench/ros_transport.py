@@ -28,7 +28,8 @@ Needs rclpy and the built ``async_rl_ros_interfaces`` (source the workspace firs
   process receives, converts and assembles them (``ShardAssembler``: CRC, versions) and
   records send-to-assembled latency. Both processes use the system clock.
 
-DDS stays on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``, ``ROS_LOCALHOST_ONLY=1``).
+DDS stays on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``; ``ROS_LOCALHOST_ONLY=1`` on
+Humble).
 Usage: ``python bench/ros_transport.py [--quick]``; the last line is a JSON summary.
 """
 
@@ -44,7 +45,8 @@ import numpy as np
 
 os.environ.setdefault('ROS_DOMAIN_ID', '63')
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
+if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecated
+    os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
 
 TOPIC_T = '/bench/transitions'
 TOPIC_W = '/bench/weights'

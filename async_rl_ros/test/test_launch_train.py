@@ -27,7 +27,8 @@ import os
 
 os.environ.setdefault('ROS_DOMAIN_ID', '62')
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
+if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecated
+    os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
 
 import pathlib  # noqa: E402
 import signal  # noqa: E402

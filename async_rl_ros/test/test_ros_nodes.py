@@ -23,7 +23,8 @@ import os
 
 os.environ.setdefault('ROS_DOMAIN_ID', '61')
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
+if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecated
+    os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
 
 import pytest  # noqa: E402
 
