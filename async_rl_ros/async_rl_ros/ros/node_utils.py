@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Callable
 
@@ -31,7 +32,9 @@ def run_node(factory: Callable[[], object], args: list[str] | None = None) -> in
     Initialize rclpy, spin the node ``factory`` builds, shut down cleanly on Humble and Jazzy.
 
     A :class:`ConfigError` while building the node (invalid parameters) is reported in one
-    line, without a traceback, and the process exits with status 2.
+    line, without a traceback, and the process exits with status 2. Once the node stops,
+    further SIGINTs are ignored until the clean-up is done (``ros2 launch`` ends a process
+    that hangs there with SIGTERM, then SIGKILL).
 
     :param factory: builds the node (after ``rclpy.init``).
     :param args: command-line arguments for ``rclpy.init``.
@@ -49,6 +52,9 @@ def run_node(factory: Callable[[], object], args: list[str] | None = None) -> in
         print(f'invalid configuration: {exc}', file=sys.stderr)
         status = 2
     finally:
+        # Ctrl-C in a terminal reaches every node twice (from the terminal and from ros2
+        # launch): once stopping, finish the clean-up (checkpoint, arm stop) undisturbed.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node is not None:
             close = getattr(node, 'close', None)
             if close is not None:
