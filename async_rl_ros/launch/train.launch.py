@@ -16,37 +16,41 @@
 Train with ROS 2: env workers, the learner and the parameter-server shards (and rqt).
 
     ros2 launch async_rl_ros train.launch.py num_workers:=2
-    ros2 launch async_rl_ros train.launch.py robot:=ur5 robot_ip:=192.168.1.102 num_sim_workers:=3
+    ros2 launch async_rl_ros train.launch.py robot:=ur5 robot_ip:=<ip> num_sim_workers:=3
 
 Every node reads its section of ``config`` (the ``ros__parameters`` file the local runner
 reads too) plus the ``ros_transport`` section under ``transport.``. Workers run in their own
 namespaces (``/worker_<i>``) and are respawned when they die; the launch file brings each
-lifecycle worker to *active* (configure when its process starts, activate once it is
-inactive), again after every respawn. With ``robot:=ur5`` the real arm is worker 0 and
-nothing starts unless ``async-rl-preflight`` passes (or ``skip_preflight:=true``).
+lifecycle worker to *active* through its ``change_state`` service (configure, then activate)
+whenever its process starts, so again after every respawn. With ``robot:=ur5`` the real arm
+is worker 0 and nothing starts unless ``async-rl-preflight`` passes (or
+``skip_preflight:=true``).
 """
 
 from __future__ import annotations
 
 import pathlib
+import time
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, RosTransportConfig)
+import launch
 from launch import LaunchDescription
 from launch.actions import (DeclareLaunchArgument, EmitEvent, ExecuteProcess, LogInfo,
                             OpaqueFunction, RegisterEventHandler)
 from launch.event_handlers import OnProcessExit, OnProcessStart
-from launch.events import matches_action, Shutdown
+from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
+from launch_ros.ros_adapters import get_ros_node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
-from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState as ChangeStateSrv, GetState
 import yaml
 
 PACKAGE = 'async_rl_ros'
 RESPAWN_DELAY_S = 2.0  # s before a dead worker or shard is started again
+SERVICE_TIMEOUT_S = 5.0  # s a lifecycle service call waits for its answer before a retry
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -112,19 +116,65 @@ def _sections(path: str) -> dict:
     return {str(k): (v or {}).get('ros__parameters') or {} for k, v in tree.items()}
 
 
+def _bring_up(context, node_name: str) -> None:
+    """
+    Drive a (re)started lifecycle node to active through its change_state service.
+
+    Runs beside the launch loop. A request that gets no answer is sent again: after a
+    respawn the graph can still list the dead process's service for a while, and a request
+    sent before the new process is matched is lost. A refused transition is checked against
+    the node's state, so an answer that was lost does not stop the bring-up.
+    """
+    node = get_ros_node(context)
+    change = node.create_client(ChangeStateSrv, f'{node_name}/change_state')
+    get_state = node.create_client(GetState, f'{node_name}/get_state')
+    log = launch.logging.get_logger('async_rl_ros.bring_up')
+
+    def call(client, request):
+        if not client.wait_for_service(timeout_sec=1.0):
+            return None
+        future = client.call_async(request)
+        deadline = time.monotonic() + SERVICE_TIMEOUT_S
+        while not future.done() and time.monotonic() < deadline and not context.is_shutdown:
+            time.sleep(0.05)
+        if not future.done():
+            future.cancel()
+            return None
+        return future.result()
+
+    def work():
+        steps = ((Transition.TRANSITION_CONFIGURE, State.PRIMARY_STATE_INACTIVE),
+                 (Transition.TRANSITION_ACTIVATE, State.PRIMARY_STATE_ACTIVE))
+        for transition, goal in steps:
+            while not context.is_shutdown:
+                answer = call(change, ChangeStateSrv.Request(
+                    transition=Transition(id=transition)))
+                if answer is not None and answer.success:
+                    break
+                state = call(get_state, GetState.Request())
+                if state is None:
+                    continue  # nobody answered yet: ask again
+                if state.current_state.id in (goal, State.PRIMARY_STATE_ACTIVE):
+                    break  # done, only the answer was lost
+                if answer is not None:  # the node refused the transition
+                    log.error(f'{node_name}: transition {transition} refused in state '
+                              f'{state.current_state.label}; see the node log')
+                    return
+        if not context.is_shutdown:
+            log.info(f'{node_name} is active')
+
+    context.add_completion_future(context.asyncio_loop.run_in_executor(None, work))
+
+
 def _lifecycle_worker(worker_id: int, params: dict) -> list:
-    """Return a worker node and the handlers that bring it (and every respawn) to active."""
+    """Return a worker node and the handler that brings it (and every respawn) to active."""
+    namespace = f'worker_{worker_id}'
     node = LifecycleNode(package=PACKAGE, executable='env_worker', name='env_worker',
-                         namespace=f'worker_{worker_id}', parameters=[params],
+                         namespace=namespace, parameters=[params],
                          respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen')
-    configure = RegisterEventHandler(OnProcessStart(target_action=node, on_start=[
-        EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
-                                    transition_id=Transition.TRANSITION_CONFIGURE))]))
-    activate = RegisterEventHandler(OnStateTransition(
-        target_lifecycle_node=node, start_state='configuring', goal_state='inactive',
-        entities=[EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
-                                              transition_id=Transition.TRANSITION_ACTIVATE))]))
-    return [configure, activate, node]
+    bring_up = RegisterEventHandler(OnProcessStart(target_action=node, on_start=[
+        OpaqueFunction(function=_bring_up, args=[f'/{namespace}/env_worker'])]))
+    return [bring_up, node]
 
 
 def _launch_setup(context) -> list:
