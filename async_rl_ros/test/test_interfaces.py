@@ -241,3 +241,17 @@ def test_float_tensors_keep_scalars_and_shapes(msgs):
     msg.shape = array('I', [4])
     with pytest.raises(CodecError):
         conversions.msg_to_float_tensor(msg)
+
+
+def test_interfaces_package_xml_declares_a_rosidl_package():
+    parse_package = require_linter('catkin_pkg.package').parse_package
+    package = parse_package(str(MSG_DIR.parent / 'package.xml'))
+    package.validate()
+    assert package.package_format == 3 and package.name == PACKAGE
+    assert package.get_build_type() == 'ament_cmake'
+    assert 'rosidl_interface_packages' in [g.name for g in package.member_of_groups]
+    assert 'rosidl_default_generators' in [d.name for d in package.buildtool_depends]
+    assert 'rosidl_default_runtime' in [d.name for d in package.exec_depends]
+    cmake = (MSG_DIR.parent / 'CMakeLists.txt').read_text(encoding='utf-8')
+    for path in MSG_DIR.glob('*.msg'):
+        assert f'"msg/{path.name}"' in cmake, path.name
