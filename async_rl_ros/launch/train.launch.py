@@ -194,7 +194,6 @@ def _launch_setup(context) -> list:
         learner_overrides['log_dir'] = log_dir
         learner_overrides['checkpoint.directory'] = str(pathlib.Path(log_dir) / 'checkpoints')
     learner_cfg = load_node_config(config, 'learner', LearnerConfig, learner_overrides)
-    load_node_config(config, 'env_worker', EnvWorkerConfig)
 
     transport_params = {'transport': transport.to_flat()}
     if robot == 'ur5':
@@ -205,12 +204,14 @@ def _launch_setup(context) -> list:
         raise ConfigError('num_workers', 0, 'at least one worker')
     entities: list = []
     for worker_id, backend in enumerate(fleet):
-        params = dict(sections.get('env_worker', {}))
-        params.update(transport_params, worker_id=worker_id, backend=backend,
-                      hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
-                      warmup_steps=learner_cfg.warmup_steps // len(fleet))
+        overrides = {'backend': backend}
         if backend == 'ur5':
-            params['rtde.robot_ip'] = _arg(context, 'robot_ip')
+            overrides['rtde.robot_ip'] = _arg(context, 'robot_ip')
+        load_node_config(config, 'env_worker', EnvWorkerConfig, overrides)
+        params = dict(sections.get('env_worker', {}))
+        params.update(transport_params, worker_id=worker_id,
+                      hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
+                      warmup_steps=learner_cfg.warmup_steps // len(fleet), **overrides)
         entities += _lifecycle_worker(worker_id, params)
     learner_params = dict(sections.get('learner', {}))
     learner_params.update(transport_params, **learner_overrides)
