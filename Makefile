@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 PKG := async_rl_ros
 ARGS ?=
 PYTEST_ARGS ?=
-# Debian/Ubuntu ship the ROS 2 copyright linter only as a system package; the venv can see it.
+# Debian/Ubuntu ship the ROS 2 copyright linter and the ROS IDL parser (python3-rosidl, which
+# the message tests use) only as system packages; the venv can see them.
 DEBIAN_SITE := /usr/lib/python3/dist-packages
 
 .PHONY: setup train test bench clean
@@ -28,6 +29,8 @@ $(STAMP): requirements.txt $(PKG)/setup.py
 	  mkdir -p $(VENV)/debian-linters && \
 	  ln -sfn $(DEBIAN_SITE)/ament_copyright $(DEBIAN_SITE)/ament_copyright-*info \
 	    $(VENV)/debian-linters/ && \
+	  if [ -d $(DEBIAN_SITE)/rosidl_adapter ]; then \
+	    ln -sfn $(DEBIAN_SITE)/rosidl_adapter $(VENV)/debian-linters/; fi && \
 	  $(BIN)/python -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + \
 	    "/debian-linters.pth", "w").write(sys.argv[1] + "\n")' \
 	    "$(abspath $(VENV))/debian-linters"; \

@@ -28,7 +28,8 @@ setup(
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
-        ('share/' + package_name + '/config', glob('config/*.yaml')),
+        ('share/' + package_name + '/config',
+         glob('config/*.yaml') + glob('config/*.perspective')),
     ],
     python_requires='>=3.10',
     install_requires=[
@@ -42,6 +43,7 @@ setup(
         'learn': ['torch>=2.1', 'tensorboard>=2.12', 'tqdm>=4.60', 'matplotlib>=3.5',
                   'psutil>=5.9'],
         'real': ['ur_rtde>=1.5'],
+        'bag': ['rosbags>=0.10'],
         'test': ['pytest>=7', 'pytest-timeout>=2', 'hypothesis>=6.80',
                  'ament-lint-flake8', 'ament-lint-pep257', 'ament-xmllint', 'ament-lint'],
     },
@@ -54,6 +56,10 @@ setup(
     entry_points={
         'console_scripts': [
             'async-rl-train = async_rl_ros.local.cli:main',
+            'env_worker = async_rl_ros.ros.env_worker_node:main',
+            'learner = async_rl_ros.ros.learner_node:main',
+            'param_server = async_rl_ros.ros.param_server_node:main',
+            'policy_runner = async_rl_ros.ros.policy_runner_node:main',
         ],
     },
 )

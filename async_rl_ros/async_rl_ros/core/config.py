@@ -58,6 +58,7 @@ __all__ = [
     'CodecConfig',
     'ParameterServerConfig',
     'LocalRunnerConfig',
+    'RosTransportConfig',
     'load_yaml_parameters',
     'load_node_config',
     'parameters_markdown',
@@ -723,6 +724,32 @@ class LocalRunnerConfig(Section):
     codec: CodecConfig = dataclasses.field(default_factory=CodecConfig)
 
 
+@dataclasses.dataclass
+class RosTransportConfig(Section):
+    """The ROS 2 nodes' transport (section ``ros_transport``; read by ``train.launch.py``)."""
+
+    transition_batch: int = option(64, 'Transitions per TransitionBatch message from a worker.',
+                                   unit='transitions', low=1, high=65536)
+    max_update_ratio: float = option(1.0, 'At most this many learner updates per transition '
+                                     'received.', low=0.0, high=64.0, low_open=True)
+    max_raw_batches: int = option(1024, 'Received batches queued for preprocessing before the '
+                                  'oldest is dropped (subscriptions never block).', low=1,
+                                  high=1_000_000)
+    metrics_hz: float = option(2.0, 'Rate of the scalar metric topics and TrainingStats.',
+                               unit='Hz', low=0.01, high=100.0)
+    diagnostics_hz: float = option(1.0, 'Rate of the DiagnosticArray on /diagnostics and of the '
+                                   'worker and shard status messages.', unit='Hz', low=0.01,
+                                   high=100.0)
+    worker_timeout_s: float = option(5.0, 'A worker silent for longer is reported stale.',
+                                     unit='s', low=0.1, high=3600.0)
+    warm_start_bag: str = option('', 'rosbag2 recording of TransitionBatch topics the learner '
+                                 'loads into its replay buffer at start (empty: none).',
+                                 read_only=True)
+    parameter_server: ParameterServerConfig = dataclasses.field(
+        default_factory=ParameterServerConfig)
+    codec: CodecConfig = dataclasses.field(default_factory=CodecConfig)
+
+
 # ====================================================================== YAML
 def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -816,6 +843,7 @@ NODE_SECTIONS: dict[str, type[Section]] = {
     'env_worker': EnvWorkerConfig,
     'learner': LearnerConfig,
     'local_runner': LocalRunnerConfig,
+    'ros_transport': RosTransportConfig,
 }
 
 if __name__ == '__main__':

@@ -1,0 +1,266 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+``env_worker`` node: a lifecycle node that steps one environment and publishes transitions.
+
+Lifecycle: *configure* builds the environment from the ``env_worker`` parameters (the
+:class:`~async_rl_ros.core.config.EnvWorkerConfig`; ``backend`` picks the simulated or the
+real arm, which connects here) and the :class:`~async_rl_ros.core.env_worker.EnvWorker`;
+*activate* starts the stepping thread; *deactivate* stops it and stops the arm; *cleanup*
+and *shutdown* release the environment. Every command passes the environment's safety filter.
+
+The executor never waits on the environment: weight messages are only stored by their
+callbacks (the newest per shard), and the stepping thread installs them between two steps,
+through a :class:`~async_rl_ros.core.sharded_weights.ShardAssembler` that checks CRCs,
+versions and shapes. Batches go out on ``transitions`` (relative: the worker's namespace).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+from async_rl_ros.core.codec import CodecError
+from async_rl_ros.core.config import EnvWorkerConfig, RosTransportConfig
+from async_rl_ros.core.env_worker import EnvWorker, WorkerPolicy
+from async_rl_ros.core.sharded_weights import ShardAssembler
+from async_rl_ros.ros import qos, topics
+from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
+from async_rl_ros.ros.node_utils import run_node
+from async_rl_ros.ros.params import SectionParameters
+from async_rl_ros_interfaces.msg import PolicyWeights, TransitionBatch, WorkerStatus
+import numpy as np
+from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.publisher import Publisher
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
+
+__all__ = ['EnvWorkerNode', 'main']
+
+
+def _stop_arm(env: Any) -> None:
+    """Bring the arm to rest: the backend's ``stop`` when it has one (a real arm does)."""
+    backend = getattr(getattr(env, 'unwrapped', env), 'backend', None)
+    stop = getattr(backend, 'stop', None)
+    if callable(stop):
+        stop()
+
+
+class EnvWorkerNode(LifecycleNode):
+    """One env worker (parameters: ``env_worker`` section, ``transport.*``, identity)."""
+
+    def __init__(self, **kwargs):
+        super().__init__('env_worker', **kwargs)
+        self.cfg = SectionParameters(self, EnvWorkerConfig).section
+        self.transport = SectionParameters(self, RosTransportConfig, 'transport.').section
+        self.worker_id = self.declare_parameter(
+            'worker_id', 0, ParameterDescriptor(
+                description='Id stamped on every transition of this worker.', read_only=True,
+                integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
+        self.hidden = tuple(self.declare_parameter(
+            'hidden_sizes', [256, 256], ParameterDescriptor(
+                description="Hidden layer widths of the learner's actor (learner "
+                'sac.hidden_sizes).', read_only=True)).value)
+        self.warmup_steps = self.declare_parameter(
+            'warmup_steps', 0, ParameterDescriptor(
+                description='Env steps of uniform random actions before the policy acts '
+                '[steps].', read_only=True,
+                integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
+        self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
+        self.env = None
+        self.worker: EnvWorker | None = None
+        self.assembler = ShardAssembler()
+        self.rejected: collections.Counter[str] = collections.Counter()
+        self._pending: dict[int, PolicyWeights] = {}
+        self._pending_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._label = 'unconfigured'
+        self._batches = 0
+        self._episodes: list[dict[str, float]] = []
+        self._episodes_lock = threading.Lock()
+        self._last_status = (time.monotonic(), 0)
+        self._entities: list[Any] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Build (connect) the environment, the worker and the topics."""
+        from async_rl_ros.envs.reach_env import make_reach_env
+
+        try:
+            self.env = make_reach_env(self.cfg)
+        except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
+            self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
+            return TransitionCallbackReturn.FAILURE
+        obs_dim = self.env.observation_space.shape[0]
+        act_dim = self.env.action_space.shape[0]
+        seed = self.cfg.seed + 1000 * self.worker_id
+        self.worker = EnvWorker(self.worker_id, self.env,
+                                WorkerPolicy(obs_dim, act_dim, self.hidden, seed),
+                                batch_size=self.transport.transition_batch,
+                                warmup_steps=self.warmup_steps, seed=seed)
+        self.transitions_pub = self.create_publisher(TransitionBatch, topics.TRANSITIONS,
+                                                     qos.TRANSITIONS)
+        self.status_pub = self.create_publisher(WorkerStatus, topics.WORKER_STATUS, qos.STATUS)
+        self._entities = [self.transitions_pub, self.status_pub]
+        for shard in range(self.transport.parameter_server.num_shards):
+            self._entities.append(self.create_subscription(
+                PolicyWeights, topics.weights_topic(shard), self._on_weights, qos.WEIGHTS))
+        self._entities.append(self.create_timer(1.0 / self.transport.diagnostics_hz,
+                                                self._publish_status))
+        self._label = 'inactive'
+        self.get_logger().info(f'worker {self.worker_id} configured ({self.cfg.backend})')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start stepping."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name='env_worker', daemon=True)
+        self._thread.start()
+        self._label = 'active'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop stepping, then stop the arm."""
+        self._halt()
+        self._label = 'inactive'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Release the environment and the topics."""
+        self._release()
+        self._label = 'unconfigured'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop and release everything."""
+        self.close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop the arm and release the environment after an error."""
+        self.close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def close(self) -> None:
+        """Stop the thread and the arm and release the environment (idempotent)."""
+        self._halt()
+        self._release()
+        self._label = 'finalized'
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+            self._thread = None
+        if self.env is not None:
+            try:
+                _stop_arm(self.env)
+            except Exception as exc:  # noqa: B902 -- log, the caller still releases
+                self.get_logger().error(f'stopping the arm failed: {exc}')
+
+    def _release(self) -> None:
+        for entity in self._entities:
+            if isinstance(entity, Timer):
+                self.destroy_timer(entity)
+            elif isinstance(entity, Publisher):
+                self.destroy_publisher(entity)
+            elif isinstance(entity, Subscription):
+                self.destroy_subscription(entity)
+        self._entities = []
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+        self.worker = None
+
+    # ------------------------------------------------------------------ transport
+    def _on_weights(self, msg: PolicyWeights) -> None:
+        with self._pending_lock:  # only store: the stepping thread decodes
+            self._pending[int(msg.shard_id)] = msg
+
+    def _install_weights(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for msg in pending.values():
+            try:
+                packet = msg_to_shard_packet(msg)
+            except CodecError as exc:
+                self.rejected[exc.reason] += 1
+                continue
+            try:
+                state = self.assembler.add(packet)
+            except CodecError:
+                continue  # counted by the assembler; keep acting with the last good policy
+            if state is not None:
+                try:
+                    self.worker.load_policy(state)
+                except (RuntimeError, KeyError, ValueError) as exc:  # another architecture
+                    self.rejected['shape'] += 1
+                    self.get_logger().error(f'weights do not fit the policy: {exc}',
+                                            throttle_duration_sec=10.0)
+
+    def _run(self) -> None:
+        worker = self.worker
+        while not self._stop.is_set():
+            self._install_weights()
+            batch = worker.step()
+            episodes = worker.take_episode_metrics()
+            if episodes:
+                with self._episodes_lock:
+                    self._episodes.extend(episodes)
+            if batch is not None:
+                self.transitions_pub.publish(batch_to_msg(
+                    batch, self.worker_id, self.source,
+                    stamp=self.get_clock().now().to_msg()))
+                self._batches += 1
+
+    def _publish_status(self) -> None:
+        worker = self.worker
+        if worker is None:
+            return
+        now = time.monotonic()
+        then, steps_then = self._last_status
+        self._last_status = (now, worker.steps)
+        with self._episodes_lock:
+            episodes, self._episodes = self._episodes, []
+        msg = WorkerStatus()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.worker_id = self.worker_id
+        msg.source = self.source
+        msg.state = self._label
+        msg.policy_version = int(worker.policy.version)
+        msg.steps = int(worker.steps)
+        msg.batches_sent = int(self._batches)
+        msg.weights_accepted = int(self.assembler.accepted)
+        msg.weights_rejected = int(self.assembler.rejected_total + sum(self.rejected.values()))
+        msg.steps_per_s = float((worker.steps - steps_then) / max(now - then, 1e-6))
+        msg.episodes = len(episodes)
+        if episodes:
+            msg.episodic_return = float(np.mean([e['charts/episodic_return'] for e in episodes]))
+            msg.final_distance = float(np.mean([e['charts/final_distance'] for e in episodes]))
+        msg.success_rate = float(worker.episodes.success_rate)
+        self.status_pub.publish(msg)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run one env worker (it waits for the launch file, or ``ros2 lifecycle set``)."""
+    return run_node(EnvWorkerNode, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,439 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+``learner`` node: SAC training fed by the workers' topics, commits to the shard nodes.
+
+Wiring (the ROS twin of ``local/runner.py``)::
+
+    /<worker>/transitions --subscription (enqueue only)--> DoubleBuffer --preprocessing
+      thread (msg_to_batch: dims checked, bad batches counted)--> training thread:
+      Learner.ingest; Learner.train_step; every commit_every updates: ShardedCommitter ->
+      /commits/shard_<i> (WeightsCommit) -> param_server nodes -> /weights/shard_<i>
+
+Transition topics are discovered (every ``*/transitions`` of type TransitionBatch), so
+respawned or added workers join by themselves. A shard that reports ``needs_full`` gets its
+partitions whole, from the training thread (the only user of the committer). Scalar metrics
+go to ``/learner/metrics/<name>`` (std_msgs/Float32, for rqt_plot), the TrainingStats
+message and TensorBoard; ``/diagnostics`` carries the training doctor, the ingest counters,
+the health and policy lag of every worker and the version of every shard.
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import threading
+import time
+from typing import Any
+
+from async_rl_ros.core.codec import CodecError, split_policy_state
+from async_rl_ros.core.config import LearnerConfig, RosTransportConfig
+from async_rl_ros.core.double_buffer import DoubleBuffer
+from async_rl_ros.core.learner import Learner
+from async_rl_ros.core.metrics import MetricsLogger
+from async_rl_ros.core.sharded_weights import ShardedCommitter
+from async_rl_ros.ros import qos, topics
+from async_rl_ros.ros.conversions import msg_to_batch, shard_packet_to_msg
+from async_rl_ros.ros.node_utils import run_node
+from async_rl_ros.ros.params import SectionParameters
+from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionBatch,
+                                         WeightsCommit, WorkerStatus)
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
+from rclpy.node import Node
+from std_msgs.msg import Float32
+import torch
+
+__all__ = ['LearnerNode', 'main']
+
+OK, WARN, ERROR, STALE = 0, 1, 2, 3  # diagnostic_msgs/DiagnosticStatus levels
+TRANSITION_TYPE = 'async_rl_ros_interfaces/msg/TransitionBatch'
+DISCOVERY_PERIOD_S = 1.0  # s between two scans for new transition topics
+IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
+
+
+def _status(name: str, level: int, message: str, values: dict[str, Any],
+            hardware_id: str = '') -> DiagnosticStatus:
+    status = DiagnosticStatus()
+    status.name = name
+    status.hardware_id = hardware_id
+    status.level = bytes([level])
+    status.message = message
+    status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
+    return status
+
+
+class LearnerNode(Node):
+    """The learner (parameters: ``learner`` section, ``transport.*``, ``obs_dim``, ...)."""
+
+    def __init__(self, **kwargs):
+        super().__init__('learner', **kwargs)
+        self.cfg = SectionParameters(self, LearnerConfig).section
+        self.transport = SectionParameters(self, RosTransportConfig, 'transport.').section
+        dims = ParameterDescriptor(description='Observation / action width of the task.',
+                                   read_only=True,
+                                   integer_range=[IntegerRange(from_value=1, to_value=1 << 20,
+                                                               step=1)])
+        self.obs_dim = self.declare_parameter('obs_dim', 21, dims).value
+        self.act_dim = self.declare_parameter('act_dim', 6, dims).value
+        resume = self.declare_parameter('resume', False, ParameterDescriptor(
+            description='Continue from the newest checkpoint of checkpoint.directory.',
+            read_only=True)).value
+        if self.cfg.sac.device != 'cuda':
+            torch.set_num_threads(1)  # the workers share the CPU
+        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim)
+        if resume and self.learner.resume() is not None:
+            self.get_logger().info(f'resumed at {self.learner.env_steps} env steps')
+        state = self.learner.policy_state()
+        tensors, self._extras, _ = split_policy_state(state)
+        self.committer = ShardedCommitter(self.transport.parameter_server, tensors,
+                                          version=self.learner.policy_version)
+        self.log_dir = pathlib.Path(self.cfg.log_dir)
+        self.tb = MetricsLogger(self.log_dir / 'tensorboard')
+
+        self._lock = threading.Lock()  # worker / shard tables, metrics, resync requests
+        self.ingest_rejected: collections.Counter[str] = collections.Counter()
+        self.workers: dict[int, dict[str, Any]] = {}
+        self.shards: dict[int, tuple[float, ShardStatus]] = {}
+        self._resync: set[int] = set()
+        self._returns: list[tuple[float, int]] = []
+        self._train_metrics: dict[str, float] = {}
+        self._last_rates = (time.monotonic(), 0, 0)
+        self._doctor_events = 0
+        self._ingest_seen = (0, 0)
+        self._shard_rejected: dict[int, int] = {}
+        self._metric_pubs: dict[str, Any] = {}
+        self._transition_subs: dict[str, Any] = {}
+        self.finished = False
+
+        self.buffer = DoubleBuffer(self._preprocess, max_raw=self.transport.max_raw_batches)
+        self._warm_start()
+        self.commit_pubs = [self.create_publisher(WeightsCommit, topics.commits_topic(i),
+                                                  qos.COMMITS)
+                            for i in range(self.transport.parameter_server.num_shards)]
+        self.stats_pub = self.create_publisher(TrainingStats, topics.TRAINING_STATS,
+                                               qos.METRICS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS,
+                                              qos.DIAGNOSTICS)
+        self.create_subscription(WorkerStatus, topics.WORKER_STATUS, self._on_worker_status,
+                                 qos.STATUS)
+        self.create_subscription(ShardStatus, topics.SHARD_STATUS, self._on_shard_status,
+                                 qos.STATUS)
+        self.create_timer(DISCOVERY_PERIOD_S, self._discover)
+        self.create_timer(1.0 / self.transport.metrics_hz, self._publish_metrics)
+        self.create_timer(1.0 / self.transport.diagnostics_hz, self._publish_diagnostics)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._train, name='training', daemon=True)
+        self._thread.start()
+        self.get_logger().info(
+            f'learner on {self.learner.device}: {self.transport.parameter_server.num_shards} '
+            f'shards, commit every {self.transport.parameter_server.commit_every} updates')
+
+    # ------------------------------------------------------------------ data in
+    def _warm_start(self) -> None:
+        path = self.transport.warm_start_bag
+        if not path:
+            return
+        from async_rl_ros.ros.bag_reader import read_transition_bag
+
+        rejected: dict[str, int] = {}
+        stored = 0
+        for batch in read_transition_bag(path, self.obs_dim, self.act_dim, rejected=rejected):
+            batch.pop('source')
+            stored += self.learner.ingest(batch)
+        self.get_logger().info(f'warm start: {stored} transitions from {path} '
+                               f'({sum(rejected.values())} batches rejected)')
+
+    def _discover(self) -> None:
+        for name, types in self.get_topic_names_and_types():
+            if (name.endswith('/' + topics.TRANSITIONS) and TRANSITION_TYPE in types
+                    and name not in self._transition_subs):
+                self._transition_subs[name] = self.create_subscription(
+                    TransitionBatch, name, self.buffer.put, qos.TRANSITIONS)
+                self.get_logger().info(f'receiving transitions from {name}')
+
+    def _preprocess(self, msg: TransitionBatch) -> tuple[dict, int, str] | None:
+        """Preprocessing thread: message -> batch; a malformed one is counted, not raised."""
+        try:
+            batch = msg_to_batch(msg, self.obs_dim, self.act_dim)
+        except CodecError as exc:
+            with self._lock:
+                self.ingest_rejected[exc.reason] += 1
+            return None
+        return batch, int(msg.worker_id), batch.pop('source')
+
+    # ------------------------------------------------------------------ training thread
+    def _train(self) -> None:
+        commit_every = self.transport.parameter_server.commit_every
+        learner = self.learner
+        saved = learner.updates
+        try:
+            while not self._stop.is_set():
+                self._handle_resyncs()
+                self._ingest_ready()
+                if learner.env_steps >= self.cfg.total_env_steps:
+                    if not self.finished:
+                        self._finish()
+                    self._stop.wait(0.1)
+                    continue
+                if learner.ready() and learner.updates < (
+                        learner.env_steps * self.transport.max_update_ratio):
+                    metrics = learner.train_step()
+                    with self._lock:
+                        self._train_metrics.update(metrics)
+                    if learner.updates % commit_every == 0:
+                        self._commit()
+                    interval = self.cfg.checkpoint.interval_steps
+                    if interval and learner.updates - saved >= interval:
+                        learner.save_checkpoint()
+                        saved = learner.updates
+                else:
+                    time.sleep(IDLE_S)
+        except Exception as exc:  # noqa: B902 -- report, the node stays up for diagnostics
+            self.get_logger().fatal(f'training thread stopped: {exc!r}')
+            raise
+
+    def _ingest_ready(self) -> None:
+        now = time.monotonic()
+        for batch, worker_id, source in self.buffer.take():
+            stored = self.learner.ingest(batch)
+            acted = batch['policy_version']
+            with self._lock:
+                info = self.workers.setdefault(worker_id, {
+                    'transitions': 0, 'batches': 0, 'policy_version': -1, 'status': None,
+                    'status_time': 0.0})
+                info['transitions'] += stored
+                info['batches'] += 1
+                info['source'] = source
+                info['last_seen'] = now
+                info['policy_version'] = int(acted.max()) if len(acted) else -1
+
+    def _commit(self) -> None:
+        state = self.learner.policy_state()
+        if state is None:
+            return  # the doctor refuses non-finite weights: workers keep the last good ones
+        tensors, extras, _ = split_policy_state(state)
+        self._extras = extras
+        packets = self.committer.commit(tensors, extras)
+        if packets is None:
+            return
+        self.learner.policy_version = self.committer.version
+        stamp = self.get_clock().now().to_msg()
+        for packet in packets:
+            self.commit_pubs[packet.shard_id].publish(
+                shard_packet_to_msg(packet, 'WeightsCommit', stamp=stamp))
+
+    def _handle_resyncs(self) -> None:
+        with self._lock:
+            shards, self._resync = self._resync, set()
+        for shard_id in sorted(shards):
+            packet = self.committer.full(shard_id, self._extras)
+            self.commit_pubs[shard_id].publish(shard_packet_to_msg(
+                packet, 'WeightsCommit', stamp=self.get_clock().now().to_msg()))
+            self.get_logger().info(f'shard {shard_id}: full commit at version '
+                                   f'{packet.packet.version}')
+
+    def _finish(self) -> None:
+        """Training budget reached: final commit, checkpoint and the exported policy."""
+        self._commit()
+        self.save()
+        self.finished = True
+        self.get_logger().info(f'training budget of {self.cfg.total_env_steps} env steps '
+                               f'reached; policy exported to {self.log_dir / "policy.pt"}')
+
+    def save(self) -> None:
+        """Write a checkpoint and the TorchScript policy (atomically) under ``log_dir``."""
+        self.learner.save_checkpoint()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.log_dir / 'policy.pt'
+        tmp = path.with_suffix('.pt.tmp')
+        torch.jit.script(self.learner.export_policy()).save(str(tmp))
+        tmp.replace(path)
+
+    # ------------------------------------------------------------------ status in
+    def _on_worker_status(self, msg: WorkerStatus) -> None:
+        with self._lock:
+            info = self.workers.setdefault(int(msg.worker_id), {
+                'transitions': 0, 'batches': 0, 'policy_version': -1, 'last_seen': 0.0,
+                'source': msg.source})
+            info['status'] = msg
+            info['status_time'] = time.monotonic()
+            if msg.episodes:
+                self._returns.append((float(msg.episodic_return), int(msg.episodes)))
+
+    def _on_shard_status(self, msg: ShardStatus) -> None:
+        with self._lock:
+            self.shards[int(msg.shard_id)] = (time.monotonic(), msg)
+            if msg.needs_full and msg.shard_id < len(self.commit_pubs):
+                self._resync.add(int(msg.shard_id))
+
+    # ------------------------------------------------------------------ metrics out
+    def _lags(self) -> list[int]:
+        version = self.learner.policy_version
+        return [version - w['policy_version'] for w in self.workers.values()
+                if w.get('policy_version', -1) >= 0]
+
+    def metrics(self) -> dict[str, float]:
+        """Return the metrics published on topics, in TrainingStats and to TensorBoard."""
+        now = time.monotonic()
+        then, steps, updates = self._last_rates
+        learner = self.learner
+        dt = max(now - then, 1e-6)
+        self._last_rates = (now, learner.env_steps, learner.updates)
+        out = dict(learner.metrics())
+        with self._lock:
+            out.update(self._train_metrics)
+            returns, self._returns = self._returns, []
+            lags = self._lags()
+            statuses = [w['status'] for w in self.workers.values() if w.get('status')]
+            rejected_weights = sum(int(s.weights_rejected) for s in statuses)
+            ingest_rejected = sum(self.ingest_rejected.values())
+        out['charts/samples_per_s'] = (learner.env_steps - steps) / dt
+        out['charts/updates_per_s'] = (learner.updates - updates) / dt
+        if returns:
+            total = sum(n for _, n in returns)
+            out['charts/episodic_return'] = sum(r * n for r, n in returns) / total
+        if statuses:
+            out['charts/success_rate'] = float(np.mean([s.success_rate for s in statuses]))
+        out['charts/policy_lag_mean'] = float(np.mean(lags)) if lags else 0.0
+        out['charts/policy_lag_max'] = float(max(lags)) if lags else 0.0
+        out['transport/dropped_batches'] = float(self.buffer.dropped)
+        out['transport/rejected_batches'] = float(ingest_rejected)
+        out['transport/rejected_weights'] = float(rejected_weights)
+        out['transport/workers'] = float(len(statuses))
+        return out
+
+    def _publish_metrics(self) -> None:
+        metrics = self.metrics()
+        for name, value in metrics.items():
+            pub = self._metric_pubs.get(name)
+            if pub is None:
+                pub = self._metric_pubs[name] = self.create_publisher(
+                    Float32, topics.metric_topic(name), qos.METRICS)
+            pub.publish(Float32(data=float(value)))
+        stats = TrainingStats()
+        stats.header.stamp = self.get_clock().now().to_msg()
+        stats.policy_version = int(self.learner.policy_version)
+        stats.env_steps = int(self.learner.env_steps)
+        stats.updates = int(self.learner.updates)
+        stats.samples_per_s = float(metrics['charts/samples_per_s'])
+        stats.updates_per_s = float(metrics['charts/updates_per_s'])
+        stats.policy_lag = float(metrics['charts/policy_lag_mean'])
+        stats.names = list(metrics)
+        stats.values = [float(v) for v in metrics.values()]
+        self.stats_pub.publish(stats)
+        self.tb.log(metrics, self.learner.env_steps)
+
+    def _publish_diagnostics(self) -> None:
+        now = time.monotonic()
+        learner, doctor = self.learner, self.learner.doctor
+        array_ = DiagnosticArray()
+        array_.header.stamp = self.get_clock().now().to_msg()
+        events, self._doctor_events = doctor.events_total - self._doctor_events, \
+            doctor.events_total
+        if doctor.consecutive_skips >= self.cfg.doctor.max_consecutive_skips:
+            level, message = ERROR, f'{doctor.consecutive_skips} consecutive skipped steps'
+        elif events:
+            last = doctor.events[-1] if doctor.events else None
+            level = WARN
+            message = f'{events} new finding(s)' + (f', last: {last.detector}: {last.reason}'
+                                                    if last else '')
+        else:
+            level, message = OK, 'healthy'
+        values = {'updates': learner.updates, 'env_steps': learner.env_steps,
+                  'policy_version': learner.policy_version, **doctor.metrics()}
+        statuses = [_status('learner: training doctor', level, message, values, 'learner')]
+        with self._lock:
+            rejected = dict(self.ingest_rejected)
+            workers = {k: dict(v) for k, v in self.workers.items()}
+            shards = dict(self.shards)
+        seen = (self.buffer.dropped, sum(rejected.values()))
+        fresh = seen[0] > self._ingest_seen[0] or seen[1] > self._ingest_seen[1]
+        self._ingest_seen = seen
+        statuses.append(_status(
+            'learner: ingest', WARN if fresh else OK,
+            'dropping or rejecting batches' if fresh else 'ok',
+            {'received': self.buffer.received, 'processed': self.buffer.processed,
+             'dropped': self.buffer.dropped, 'rejected': self.buffer.rejected,
+             **{f'rejected_{k}': v for k, v in rejected.items()},
+             'topics': len(self._transition_subs)}, 'learner'))
+        timeout = self.transport.worker_timeout_s
+        max_lag = self.cfg.doctor.max_policy_lag
+        for worker_id, info in sorted(workers.items()):
+            last = max(info.get('last_seen', 0.0), info.get('status_time', 0.0))
+            lag = (learner.policy_version - info['policy_version']
+                   if info.get('policy_version', -1) >= 0 else None)
+            status = info.get('status')
+            if now - last > timeout:
+                level, message = STALE, f'silent for {now - last:.0f} s'
+            elif lag is not None and lag > max_lag:
+                level, message = WARN, f'policy lag {lag} > {max_lag:g}'
+            else:
+                level, message = OK, 'stepping'
+            values = {'source': info.get('source', ''), 'transitions': info['transitions'],
+                      'batches': info['batches'], 'policy_lag': '' if lag is None else lag}
+            if status is not None:
+                values.update(state=status.state, steps=status.steps,
+                              steps_per_s=f'{status.steps_per_s:.1f}',
+                              weights_accepted=status.weights_accepted,
+                              weights_rejected=status.weights_rejected,
+                              success_rate=f'{status.success_rate:.2f}')
+            statuses.append(_status(f'env_worker: worker_{worker_id}', level, message, values,
+                                    f'worker_{worker_id}'))
+        for shard_id in range(len(self.commit_pubs)):
+            stamp, status = shards.get(shard_id, (0.0, None))
+            if status is None or now - stamp > timeout:
+                level, message, values = STALE, 'no status', {}
+            else:
+                # The status is up to one period old: 'behind' is informative, not a fault.
+                refused = status.commits_rejected > self._shard_rejected.get(shard_id, 0)
+                self._shard_rejected[shard_id] = status.commits_rejected
+                if status.needs_full:
+                    level, message = WARN, 'waiting for a full commit'
+                elif refused:
+                    level, message = WARN, 'refused commits'
+                else:
+                    level, message = OK, f'version {status.version}'
+                values = {'version': status.version,
+                          'behind': self.committer.version - status.version,
+                          'partitions': status.partitions,
+                          'commits_applied': status.commits_applied,
+                          'commits_rejected': status.commits_rejected}
+            statuses.append(_status(f'param_server: shard_{shard_id}', level, message, values,
+                                    f'shard_{shard_id}'))
+        array_.status = statuses
+        self.diag_pub.publish(array_)
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self) -> None:
+        """Stop training, then write the final checkpoint and the exported policy."""
+        self._stop.set()
+        self._thread.join(timeout=30.0)
+        self.buffer.close()
+        try:
+            self.save()
+        except Exception as exc:  # noqa: B902 -- shutting down: report, never hang
+            self.get_logger().error(f'final checkpoint failed: {exc}')
+        self.tb.close()
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the learner."""
+    return run_node(LearnerNode, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+ROS 2 parameters declared from the configuration dataclasses of ``core/config.py``.
+
+Every leaf option of a :class:`~async_rl_ros.core.config.Section` becomes a parameter with a
+``ParameterDescriptor``: the option's description (with unit and allowed values), its range
+as ``FloatingPointRange`` / ``IntegerRange`` and ``read_only`` for structural options. A
+runtime change (``ros2 param set``) is checked by the section's own ``validate()`` with the
+change applied; an invalid one is refused with the :class:`ConfigError` message as reason.
+Accepted changes are written into the live section object, so the core objects that read
+their configuration at run time see them.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from typing import Any, Callable
+
+from async_rl_ros.core.config import ConfigError, OptionInfo, Section
+from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
+                                ParameterType, SetParametersResult)
+
+__all__ = ['SectionParameters', 'descriptor_for']
+
+_INT64 = (-2**63, 2**63 - 1)
+_DOUBLE_MAX = sys.float_info.max
+
+
+def _ros_type(tp: Any) -> int:
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple):
+        (item,) = set(typing.get_args(tp)) - {Ellipsis}
+        return (ParameterType.PARAMETER_INTEGER_ARRAY if item is int
+                else ParameterType.PARAMETER_DOUBLE_ARRAY)
+    return {bool: ParameterType.PARAMETER_BOOL, int: ParameterType.PARAMETER_INTEGER,
+            float: ParameterType.PARAMETER_DOUBLE, str: ParameterType.PARAMETER_STRING}[tp]
+
+
+def descriptor_for(name: str, tp: Any, info: OptionInfo) -> ParameterDescriptor:
+    """
+    Build the descriptor of one option.
+
+    :param name: the parameter name (dotted).
+    :param tp: the option's type annotation.
+    :param info: what :func:`~async_rl_ros.core.config.option` recorded.
+    :returns: description with unit and allowed values, range, read-only flag and type.
+    """
+    ros_type = _ros_type(tp)
+    unit = f' [{info.unit}]' if info.unit else ''
+    descriptor = ParameterDescriptor(name=name, type=ros_type, description=info.doc + unit,
+                                     additional_constraints=info.allowed(),
+                                     read_only=info.read_only)
+    if info.low is None and info.high is None:
+        return descriptor
+    if ros_type == ParameterType.PARAMETER_INTEGER:
+        low = _INT64[0] if info.low is None else int(info.low) + int(info.low_open)
+        high = _INT64[1] if info.high is None else int(info.high)
+        descriptor.integer_range = [IntegerRange(from_value=max(low, _INT64[0]),
+                                                 to_value=min(high, _INT64[1]), step=1)]
+    elif ros_type == ParameterType.PARAMETER_DOUBLE:
+        # An open lower bound is left to validate(): the range is closed.
+        low = -_DOUBLE_MAX if info.low is None else float(info.low)
+        high = _DOUBLE_MAX if info.high is None else float(info.high)
+        descriptor.floating_point_range = [FloatingPointRange(from_value=low, to_value=high,
+                                                              step=0.0)]
+    return descriptor
+
+
+class SectionParameters:
+    """
+    One configuration section as parameters of a node.
+
+    :param node: the node (``rclpy.node.Node`` or a lifecycle node).
+    :param cls: the :class:`Section` subclass.
+    :param prefix: parameter-name prefix, e.g. ``'transport.'`` ('' for top level).
+    :param on_change: called with the new section after an accepted runtime change.
+    :raises ConfigError: the parameters the node was started with are invalid.
+    """
+
+    def __init__(self, node: Any, cls: type[Section], prefix: str = '',
+                 on_change: Callable[[Section], None] | None = None):
+        self.node, self.cls, self.prefix = node, cls, prefix
+        self.on_change = on_change
+        declared = []
+        for name, tp, info, default in cls.options():
+            full = prefix + name
+            value = list(default) if isinstance(default, (list, tuple)) else default
+            declared.append((full, value, descriptor_for(full, tp, info)))
+        node.declare_parameters('', declared)
+        values = {name[len(prefix):]: node.get_parameter(name).value
+                  for name, _, _ in declared}
+        #: The validated, live section.
+        self.section = cls.from_flat({k: _plain(v) for k, v in values.items()},
+                                     source=f'{node.get_name()} parameters')
+        node.add_on_set_parameters_callback(self._on_set)
+
+    def _on_set(self, params: list[Any]) -> SetParametersResult:
+        mine = {p.name[len(self.prefix):]: _plain(p.value) for p in params
+                if p.name.startswith(self.prefix)
+                and p.name[len(self.prefix):] in self.section.to_flat()}
+        if not mine:
+            return SetParametersResult(successful=True)
+        try:
+            updated = self.section.replace(**mine)
+        except ConfigError as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        _assign(self.section, updated)
+        if self.on_change is not None:
+            self.on_change(self.section)
+        return SetParametersResult(successful=True)
+
+
+def _plain(value: Any) -> Any:
+    """Turn a parameter value (array.array for arrays in rclpy) into plain Python."""
+    if hasattr(value, 'tolist'):
+        return value.tolist()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _assign(target: Section, source: Section) -> None:
+    """Copy every field of ``source`` into ``target`` in place (nested sections too)."""
+    for name in type(target).__dataclass_fields__:
+        value = getattr(source, name)
+        if isinstance(value, Section):
+            _assign(getattr(target, name), value)
+        else:
+            setattr(target, name, value)

@@ -1,0 +1,189 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+``policy_runner`` node: run an exported policy on a worker backend, without learning.
+
+For deployment and evaluation: *configure* loads the TorchScript policy the learner exports
+(``<log_dir>/policy.pt``: deterministic actions, normalization inside) and builds the
+environment from the ``env_worker`` parameters -- the same environment, and so the same
+safety filter, as a training worker; *activate* starts the episodes in a thread;
+*deactivate* stops it and stops the arm. Episode results go out as WorkerStatus on
+``policy_runner/status`` (``worker_id`` is the ``runner_id`` parameter).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from async_rl_ros.core.config import EnvWorkerConfig
+from async_rl_ros.core.learner import EpisodeTracker
+from async_rl_ros.ros import qos, topics
+from async_rl_ros.ros.env_worker_node import _stop_arm
+from async_rl_ros.ros.node_utils import run_node
+from async_rl_ros.ros.params import SectionParameters
+from async_rl_ros_interfaces.msg import WorkerStatus
+import numpy as np
+from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+import torch
+
+__all__ = ['PolicyRunnerNode', 'main']
+
+
+class PolicyRunnerNode(LifecycleNode):
+    """Deterministic rollouts of an exported policy (parameters: ``env_worker`` section, ...)."""
+
+    def __init__(self, **kwargs):
+        super().__init__('policy_runner', **kwargs)
+        self.cfg = SectionParameters(self, EnvWorkerConfig).section
+        self.policy_path = self.declare_parameter('policy_path', 'runs/async_rl/policy.pt', (
+            ParameterDescriptor(description='TorchScript policy exported by the learner.',
+                                read_only=True))).value
+        self.episodes_wanted = self.declare_parameter('episodes', 0, ParameterDescriptor(
+            description='Episodes to run, then stop stepping (0: until deactivated).',
+            integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
+        self.runner_id = self.declare_parameter('runner_id', 0, ParameterDescriptor(
+            description='Id in the status messages.', read_only=True,
+            integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
+        self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
+        self.env: Any = None
+        self.policy: Any = None
+        self.tracker = EpisodeTracker()
+        self.steps = 0
+        self._episodes: list[dict[str, float]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._label = 'unconfigured'
+        self._timer = None
+        self.status_pub = self.create_publisher(WorkerStatus, topics.POLICY_RUNNER_STATUS,
+                                                qos.STATUS)
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Load the policy and build (connect) the environment."""
+        from async_rl_ros.envs.reach_env import make_reach_env
+
+        try:
+            self.policy = torch.jit.load(self.policy_path, map_location='cpu').eval()
+        except (OSError, RuntimeError, ValueError) as exc:
+            self.get_logger().error(f'cannot load the policy {self.policy_path}: {exc}')
+            return TransitionCallbackReturn.FAILURE
+        try:
+            self.env = make_reach_env(self.cfg)
+        except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
+            self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
+            return TransitionCallbackReturn.FAILURE
+        self._timer = self.create_timer(1.0, self._publish_status)
+        self._label = 'inactive'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start the episodes."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name='policy_runner', daemon=True)
+        self._thread.start()
+        self._label = 'active'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop stepping, then stop the arm."""
+        self._halt()
+        self._label = 'inactive'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Release the environment."""
+        self._release()
+        self._label = 'unconfigured'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop and release everything."""
+        self.close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def close(self) -> None:
+        """Stop the thread and the arm, release the environment (idempotent)."""
+        self._halt()
+        self._release()
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+            self._thread = None
+        if self.env is not None:
+            _stop_arm(self.env)
+
+    def _release(self) -> None:
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+            self._timer = None
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(np.asarray(obs, np.float32)).unsqueeze(0)
+        return self.policy(x)[0].numpy()
+
+    def _run(self) -> None:
+        env = self.env
+        obs, _ = env.reset(seed=self.cfg.seed)
+        while not self._stop.is_set():
+            obs, reward, terminated, truncated, info = env.step(self._act(obs))
+            self.steps += 1
+            done = terminated or truncated
+            self.tracker.step(reward, done, info, emit=self._record)
+            if done:
+                if self.episodes_wanted and len(self.tracker.returns) >= self.episodes_wanted:
+                    _stop_arm(env)
+                    self.get_logger().info(
+                        f'{len(self.tracker.returns)} episodes, success rate '
+                        f'{self.tracker.success_rate:.2f}')
+                    return
+                obs, _ = env.reset()
+
+    def _record(self, metrics: dict[str, float]) -> None:
+        with self._lock:
+            self._episodes.append(metrics)
+
+    def _publish_status(self) -> None:
+        with self._lock:
+            episodes, self._episodes = self._episodes, []
+        msg = WorkerStatus()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.worker_id = self.runner_id
+        msg.source = self.source
+        msg.state = self._label
+        msg.policy_version = -1
+        msg.steps = int(self.steps)
+        msg.episodes = len(episodes)
+        if episodes:
+            msg.episodic_return = float(np.mean([e['charts/episodic_return'] for e in episodes]))
+            msg.final_distance = float(np.mean([e['charts/final_distance'] for e in episodes]))
+        msg.success_rate = float(self.tracker.success_rate)
+        self.status_pub.publish(msg)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the policy runner (activate it with the launch file or ``ros2 lifecycle set``)."""
+    return run_node(PolicyRunnerNode, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

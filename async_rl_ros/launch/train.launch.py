@@ -1,0 +1,251 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Train with ROS 2: env workers, the learner and the parameter-server shards (and rqt).
+
+    ros2 launch async_rl_ros train.launch.py num_workers:=2
+    ros2 launch async_rl_ros train.launch.py robot:=ur5 robot_ip:=<ip> num_sim_workers:=3
+
+Every node reads its section of ``config`` (the ``ros__parameters`` file the local runner
+reads too) plus the ``ros_transport`` section under ``transport.``. Workers run in their own
+namespaces (``/worker_<i>``) and are respawned when they die; the launch file brings each
+lifecycle worker to *active* through its ``change_state`` service (configure, then activate)
+whenever its process starts, so again after every respawn. With ``robot:=ur5`` the real arm
+is worker 0 and nothing starts unless ``async-rl-preflight`` passes (or
+``skip_preflight:=true``).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
+                                      load_node_config, RosTransportConfig)
+import launch
+from launch import LaunchDescription
+from launch.actions import (DeclareLaunchArgument, EmitEvent, ExecuteProcess, LogInfo,
+                            OpaqueFunction, RegisterEventHandler)
+from launch.event_handlers import OnProcessExit, OnProcessStart
+from launch.events import Shutdown
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.ros_adapters import get_ros_node
+from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState as ChangeStateSrv, GetState
+import yaml
+
+PACKAGE = 'async_rl_ros'
+RESPAWN_DELAY_S = 2.0  # s before a dead worker or shard is started again
+SERVICE_TIMEOUT_S = 5.0  # s a lifecycle service call waits for its answer before a retry
+
+
+def generate_launch_description() -> LaunchDescription:
+    """Declare the arguments; the nodes are built once they are known."""
+    share = FindPackageShare(PACKAGE)
+    args = [
+        DeclareLaunchArgument('robot', default_value='sim', choices=['sim', 'ur5'],
+                              description='sim: simulated workers only; ur5: the physical UR5 '
+                              'is worker 0, plus num_sim_workers simulated ones.'),
+        DeclareLaunchArgument('num_workers', default_value='2',
+                              description='Simulated env workers (robot:=sim).'),
+        DeclareLaunchArgument('num_sim_workers', default_value='0',
+                              description='Simulated workers next to the real arm '
+                              '(robot:=ur5: a mixed fleet).'),
+        DeclareLaunchArgument('robot_ip', default_value='192.168.1.102',
+                              description='IP address of the UR controller (robot:=ur5).'),
+        DeclareLaunchArgument('skip_preflight', default_value='false',
+                              choices=['true', 'false'],
+                              description='robot:=ur5: start without async-rl-preflight '
+                              'passing first (not recommended).'),
+        DeclareLaunchArgument('config',
+                              default_value=PathJoinSubstitution([share, 'config',
+                                                                  'train.yaml']),
+                              description='ros__parameters file with the env_worker, learner '
+                              'and ros_transport sections.'),
+        DeclareLaunchArgument('device', default_value='auto',
+                              choices=['auto', 'cpu', 'cuda'],
+                              description='Device of the learner (auto: CUDA when present).'),
+        DeclareLaunchArgument('num_param_shards', default_value='',
+                              description='Parameter-server shard nodes (empty: the config '
+                              'value ros_transport.parameter_server.num_shards).'),
+        DeclareLaunchArgument('replicas', default_value='',
+                              description='Shards holding each partition (empty: the config '
+                              'value ros_transport.parameter_server.replicas).'),
+        DeclareLaunchArgument('log_dir', default_value='',
+                              description='TensorBoard logs, checkpoints and the exported '
+                              'policy (empty: the config value learner.log_dir).'),
+        DeclareLaunchArgument('rqt', default_value='false', choices=['true', 'false'],
+                              description='Open rqt with the shipped perspective (plots and '
+                              'the robot monitor).'),
+    ]
+    return LaunchDescription(args + [OpaqueFunction(function=_launch_setup)])
+
+
+def _arg(context, name: str) -> str:
+    return LaunchConfiguration(name).perform(context)
+
+
+def _count(context, name: str) -> int:
+    text = _arg(context, name)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(name, text, 'a whole number >= 0') from None
+    if value < 0:
+        raise ConfigError(name, text, 'a whole number >= 0')
+    return value
+
+
+def _sections(path: str) -> dict:
+    """Return the raw (nested) ``ros__parameters`` of every node section of the file."""
+    tree = yaml.safe_load(pathlib.Path(path).read_text(encoding='utf-8')) or {}
+    return {str(k): (v or {}).get('ros__parameters') or {} for k, v in tree.items()}
+
+
+def _bring_up(context, node_name: str) -> None:
+    """
+    Drive a (re)started lifecycle node to active through its change_state service.
+
+    Runs beside the launch loop. A request that gets no answer is sent again: after a
+    respawn the graph can still list the dead process's service for a while, and a request
+    sent before the new process is matched is lost. A refused transition is checked against
+    the node's state, so an answer that was lost does not stop the bring-up.
+    """
+    node = get_ros_node(context)
+    change = node.create_client(ChangeStateSrv, f'{node_name}/change_state')
+    get_state = node.create_client(GetState, f'{node_name}/get_state')
+    log = launch.logging.get_logger('async_rl_ros.bring_up')
+
+    def call(client, request):
+        if not client.wait_for_service(timeout_sec=1.0):
+            return None
+        future = client.call_async(request)
+        deadline = time.monotonic() + SERVICE_TIMEOUT_S
+        while not future.done() and time.monotonic() < deadline and not context.is_shutdown:
+            time.sleep(0.05)
+        if not future.done():
+            future.cancel()
+            return None
+        return future.result()
+
+    def work():
+        steps = ((Transition.TRANSITION_CONFIGURE, State.PRIMARY_STATE_INACTIVE),
+                 (Transition.TRANSITION_ACTIVATE, State.PRIMARY_STATE_ACTIVE))
+        for transition, goal in steps:
+            while not context.is_shutdown:
+                answer = call(change, ChangeStateSrv.Request(
+                    transition=Transition(id=transition)))
+                if answer is not None and answer.success:
+                    break
+                state = call(get_state, GetState.Request())
+                if state is None:
+                    continue  # nobody answered yet: ask again
+                if state.current_state.id in (goal, State.PRIMARY_STATE_ACTIVE):
+                    break  # done, only the answer was lost
+                if answer is not None:  # the node refused the transition
+                    log.error(f'{node_name}: transition {transition} refused in state '
+                              f'{state.current_state.label}; see the node log')
+                    return
+        if not context.is_shutdown:
+            log.info(f'{node_name} is active')
+
+    context.add_completion_future(context.asyncio_loop.run_in_executor(None, work))
+
+
+def _lifecycle_worker(worker_id: int, params: dict) -> list:
+    """Return a worker node and the handler that brings it (and every respawn) to active."""
+    namespace = f'worker_{worker_id}'
+    node = LifecycleNode(package=PACKAGE, executable='env_worker', name='env_worker',
+                         namespace=namespace, parameters=[params],
+                         respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen')
+    bring_up = RegisterEventHandler(OnProcessStart(target_action=node, on_start=[
+        OpaqueFunction(function=_bring_up, args=[f'/{namespace}/env_worker'])]))
+    return [bring_up, node]
+
+
+def _launch_setup(context) -> list:
+    config = _arg(context, 'config')
+    robot = _arg(context, 'robot')
+    sections = _sections(config)
+    ps_overrides = {}
+    for arg, key in (('num_param_shards', 'parameter_server.num_shards'),
+                     ('replicas', 'parameter_server.replicas')):
+        if _arg(context, arg):
+            ps_overrides[key] = _count(context, arg)
+    # Fail here, with the key named, rather than in every node (and every respawn).
+    transport = load_node_config(config, 'ros_transport', RosTransportConfig, ps_overrides)
+    learner_overrides = {'sac.device': _arg(context, 'device')}
+    log_dir = _arg(context, 'log_dir')
+    if log_dir:
+        learner_overrides['log_dir'] = log_dir
+        learner_overrides['checkpoint.directory'] = str(pathlib.Path(log_dir) / 'checkpoints')
+    learner_cfg = load_node_config(config, 'learner', LearnerConfig, learner_overrides)
+
+    transport_params = {'transport': transport.to_flat()}
+    if robot == 'ur5':
+        fleet = ['ur5'] + ['sim'] * _count(context, 'num_sim_workers')
+    else:
+        fleet = ['sim'] * _count(context, 'num_workers')
+    if not fleet:
+        raise ConfigError('num_workers', 0, 'at least one worker')
+    entities: list = []
+    for worker_id, backend in enumerate(fleet):
+        overrides = {'backend': backend}
+        if backend == 'ur5':
+            overrides['rtde.robot_ip'] = _arg(context, 'robot_ip')
+        load_node_config(config, 'env_worker', EnvWorkerConfig, overrides)
+        params = dict(sections.get('env_worker', {}))
+        params.update(transport_params, worker_id=worker_id,
+                      hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
+                      warmup_steps=learner_cfg.warmup_steps // len(fleet), **overrides)
+        entities += _lifecycle_worker(worker_id, params)
+    learner_params = dict(sections.get('learner', {}))
+    learner_params.update(transport_params, **learner_overrides)
+    entities.append(Node(package=PACKAGE, executable='learner', name='learner',
+                         parameters=[learner_params], output='screen'))
+    for shard_id in range(transport.parameter_server.num_shards):
+        entities.append(Node(package=PACKAGE, executable='param_server',
+                             name=f'param_server_{shard_id}',
+                             parameters=[dict(transport_params, shard_id=shard_id)],
+                             respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen'))
+    if _arg(context, 'rqt') == 'true':
+        perspective = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
+                                            'async_rl.perspective']).perform(context)
+        # rqt_robot_monitor reads /diagnostics_agg: show the nodes' /diagnostics directly.
+        entities.append(Node(package='rqt_gui', executable='rqt_gui', name='rqt',
+                             arguments=['--perspective-file', perspective],
+                             remappings=[('/diagnostics_agg', '/diagnostics')]))
+    if robot != 'ur5' or _arg(context, 'skip_preflight') == 'true':
+        return entities
+    return _after_preflight(_arg(context, 'robot_ip'), entities)
+
+
+def _after_preflight(robot_ip: str, entities: list) -> list:
+    """Run async-rl-preflight; start ``entities`` only if it exits with status 0."""
+    preflight = ExecuteProcess(
+        cmd=[ExecutableInPackage('async-rl-preflight', PACKAGE), '--robot-ip', robot_ip],
+        name='preflight', output='screen')
+
+    def on_exit(event, context):
+        if event.returncode == 0:
+            return [LogInfo(msg='preflight passed: starting the nodes')] + entities
+        return [LogInfo(msg=f'preflight of {robot_ip} failed (exit status {event.returncode}): '
+                            'nothing started; fix the robot or pass skip_preflight:=true'),
+                EmitEvent(event=Shutdown(reason='preflight failed'))]
+
+    return [RegisterEventHandler(OnProcessExit(target_action=preflight, on_exit=on_exit)),
+            preflight]

@@ -1,0 +1,135 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+With rclpy (skipped without ROS 2): real messages, serialization, parameters of the nodes.
+
+DDS stays on this machine: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (Jazzy),
+``ROS_LOCALHOST_ONLY=1`` (Humble) and a domain id of its own.
+"""
+
+import os
+
+os.environ.setdefault('ROS_DOMAIN_ID', '61')
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecated
+    os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
+
+import pytest  # noqa: E402
+
+rclpy = pytest.importorskip('rclpy')
+pytest.importorskip('async_rl_ros_interfaces.msg')
+
+from async_rl_ros.core.codec import CodecError  # noqa: E402, I100 -- after importorskip
+from async_rl_ros.core.config import (EnvWorkerConfig, ParameterServerConfig,  # noqa: E402
+                                      RosTransportConfig)
+from async_rl_ros.core.sharded_weights import (ShardAssembler, ShardedCommitter,  # noqa: E402
+                                               ShardReplica)
+from async_rl_ros.ros import conversions  # noqa: E402
+from async_rl_ros.ros.params import SectionParameters  # noqa: E402
+from async_rl_ros_interfaces.msg import (PolicyWeights, TransitionBatch,  # noqa: E402
+                                         WeightsCommit)
+import numpy as np  # noqa: E402
+from rcl_interfaces.msg import ParameterType  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def context():
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()
+
+
+def _batch(rng, n=64):
+    return {'obs': rng.normal(size=(n, 21)).astype(np.float32),
+            'action': rng.uniform(-1, 1, (n, 6)).astype(np.float32),
+            'reward': rng.normal(size=n).astype(np.float32),
+            'next_obs': rng.normal(size=(n, 21)).astype(np.float32),
+            'terminated': rng.random(n) < 0.1, 'truncated': rng.random(n) < 0.1,
+            'policy_version': np.full(n, 7, np.int64), 'worker_id': np.full(n, 2, np.int32)}
+
+
+def test_transition_batch_survives_the_wire():
+    batch = _batch(np.random.default_rng(0))
+    msg = conversions.batch_to_msg(batch, 2, 'sim')
+    assert isinstance(msg, TransitionBatch)
+    wire = deserialize_message(serialize_message(msg), TransitionBatch)
+    back = conversions.msg_to_batch(wire, 21, 6)
+    assert back.pop('source') == 'sim'
+    for key, value in batch.items():
+        np.testing.assert_array_equal(back[key], value, err_msg=key)
+    wire.count = 63
+    with pytest.raises(CodecError):
+        conversions.msg_to_batch(wire, 21, 6)
+
+
+def test_weight_shards_survive_the_wire_and_assemble():
+    rng = np.random.default_rng(1)
+    actor = {'w': rng.normal(size=(40, 21)).astype(np.float32),
+             'b': rng.normal(size=40).astype(np.float32)}
+    extras = {'obs_mean': np.zeros(21, np.float32), 'obs_std': np.ones(21, np.float32),
+              'obs_clip': np.float32(10.0)}
+    cfg = ParameterServerConfig(num_shards=2, replicas=1, chunk_size=300, commit_every=1)
+    committer = ShardedCommitter(cfg, actor)
+    shards = [ShardReplica(i, 2) for i in range(2)]
+    assembler = ShardAssembler()
+    for shard in shards:
+        commit = conversions.shard_packet_to_msg(committer.full(shard.shard_id, extras),
+                                                 'WeightsCommit')
+        commit = deserialize_message(serialize_message(commit), WeightsCommit)
+        shard.apply(conversions.msg_to_shard_packet(commit))
+    for step in range(3):
+        actor = {k: v + 0.01 for k, v in actor.items()}
+        for shard, packet in zip(shards, committer.commit(actor, extras)):
+            wire = deserialize_message(serialize_message(
+                conversions.shard_packet_to_msg(packet, 'WeightsCommit')), WeightsCommit)
+            shard.apply(conversions.msg_to_shard_packet(wire))
+        state = None
+        for shard in shards:
+            weights = deserialize_message(serialize_message(
+                conversions.shard_packet_to_msg(shard.weights())), PolicyWeights)
+            state = assembler.add(conversions.msg_to_shard_packet(weights)) or state
+        assert state is not None and state['version'] == step + 1
+    for name, value in actor.items():
+        np.testing.assert_allclose(state['actor'][name].numpy(), value,
+                                   atol=np.abs(value).max() / 100)
+
+
+def test_parameters_have_descriptors_and_refuse_invalid_changes(context):
+    node = rclpy.create_node('params_probe')
+    try:
+        params = SectionParameters(node, EnvWorkerConfig)
+        transport = SectionParameters(node, RosTransportConfig, 'transport.')
+        hz = node.describe_parameter('task.control_hz')
+        assert hz.type == ParameterType.PARAMETER_DOUBLE and 'Hz' in hz.description
+        assert hz.floating_point_range[0].from_value == 1.0
+        assert hz.floating_point_range[0].to_value == 500.0
+        assert node.describe_parameter('backend').read_only
+        assert node.describe_parameter('transport.parameter_server.num_shards').read_only
+        ok = node.set_parameters([Parameter('task.control_hz', value=50.0)])[0]
+        assert ok.successful and params.section.task.control_hz == 50.0
+        # Out of range: refused by the descriptor's range.
+        bad = node.set_parameters([Parameter('task.control_hz', value=5000.0)])[0]
+        assert not bad.successful and params.section.task.control_hz == 50.0
+        # In range, but breaks a cross-field rule: refused by validate(), with the reason.
+        box = node.set_parameters([Parameter('task.target_low', value=[-0.6, -0.3, 0.5])])[0]
+        assert not box.successful and 'target' in box.reason
+        frozen = node.set_parameters([Parameter('backend', value='sim')])[0]
+        assert not frozen.successful
+        rate = node.set_parameters([Parameter('transport.metrics_hz', value=4.0)])[0]
+        assert rate.successful and transport.section.metrics_hz == 4.0
+    finally:
+        node.destroy_node()

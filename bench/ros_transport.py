@@ -1,0 +1,240 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+ROS 2 transport: transitions/s into the learner's ingest path, weight-broadcast latency.
+
+Needs rclpy and the built ``async_rl_ros_interfaces`` (source the workspace first).
+
+* Transitions: a worker-like process publishes ``TransitionBatch`` messages of 1, 64 and 256
+  transitions as fast as it can (QoS ``TRANSITIONS``); this process runs the learner node's
+  ingest path -- the subscription only puts messages into the
+  :class:`~async_rl_ros.core.double_buffer.DoubleBuffer`, whose thread converts them with
+  ``msg_to_batch`` (dimension checks included) -- and counts the transitions that come out
+  ready for ``Learner.ingest``.
+* Weights: a shard-like process publishes ``PolicyWeights`` of the reach task's actor (int8,
+  per channel, zlib; QoS ``WEIGHTS``) at 20 Hz with the send time in the header; this
+  process receives, converts and assembles them (``ShardAssembler``: CRC, versions) and
+  records send-to-assembled latency. Both processes use the system clock.
+
+DDS stays on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``; ``ROS_LOCALHOST_ONLY=1`` on
+Humble).
+Usage: ``python bench/ros_transport.py [--quick]``; the last line is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+
+os.environ.setdefault('ROS_DOMAIN_ID', '63')
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecated
+    os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
+
+TOPIC_T = '/bench/transitions'
+TOPIC_W = '/bench/weights'
+MATCH_TIMEOUT_S = 15.0
+
+
+def _wait_for_match(publisher, seconds: float = MATCH_TIMEOUT_S) -> bool:
+    deadline = time.monotonic() + seconds
+    while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return publisher.get_subscription_count() > 0
+
+
+def _publish_transitions(batch_size: int, seconds: float) -> None:
+    """Child process: publish one prepared batch over and over for ``seconds``."""
+    import rclpy
+
+    from async_rl_ros.ros import qos
+    from async_rl_ros.ros.conversions import batch_to_msg
+    from async_rl_ros_interfaces.msg import TransitionBatch
+
+    rclpy.init()
+    node = rclpy.create_node('bench_worker')
+    pub = node.create_publisher(TransitionBatch, TOPIC_T, qos.TRANSITIONS)
+    rng = np.random.default_rng(0)
+    n = batch_size
+    msg = batch_to_msg({'obs': rng.normal(size=(n, 21)), 'action': rng.uniform(-1, 1, (n, 6)),
+                        'reward': rng.normal(size=n), 'next_obs': rng.normal(size=(n, 21)),
+                        'terminated': np.zeros(n, bool), 'truncated': np.zeros(n, bool),
+                        'policy_version': np.zeros(n, np.int64)}, worker_id=0)
+    if _wait_for_match(pub):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pub.publish(msg)
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def _publish_weights(count: int, rate_hz: float) -> None:
+    """Child process: publish ``count`` PolicyWeights of the actor at ``rate_hz``."""
+    import rclpy
+
+    from async_rl_ros.core.config import ParameterServerConfig
+    from async_rl_ros.core.networks import Actor
+    from async_rl_ros.core.sharded_weights import ShardedCommitter, ShardReplica
+    from async_rl_ros.ros import qos
+    from async_rl_ros.ros.conversions import shard_packet_to_msg
+    from async_rl_ros_interfaces.msg import PolicyWeights
+
+    rclpy.init()
+    node = rclpy.create_node('bench_shard')
+    pub = node.create_publisher(PolicyWeights, TOPIC_W, qos.WEIGHTS)
+    actor = {k: v.numpy() for k, v in Actor(21, 6, (256, 256)).state_dict().items()}
+    extras = {'obs_mean': np.zeros(21, np.float32), 'obs_std': np.ones(21, np.float32),
+              'obs_clip': np.float32(10.0)}
+    cfg = ParameterServerConfig(num_shards=1, replicas=1, commit_every=1)
+    committer = ShardedCommitter(cfg, actor)
+    shard = ShardReplica(0, 1)
+    shard.apply(committer.full(0, extras))
+    rng = np.random.default_rng(1)
+    if _wait_for_match(pub):
+        time.sleep(0.5)
+        for _ in range(count):
+            actor = {k: v + 1e-3 * rng.standard_normal(v.shape).astype(np.float32)
+                     for k, v in actor.items()}
+            shard.apply(committer.commit(actor, extras)[0])
+            msg = shard_packet_to_msg(shard.weights())
+            msg.header.stamp = node.get_clock().now().to_msg()
+            pub.publish(msg)
+            time.sleep(1.0 / rate_hz)
+        time.sleep(1.0)
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def _spin_while(node, process, executor) -> None:
+    while process.is_alive():
+        executor.spin_once(timeout_sec=0.05)
+    for _ in range(20):
+        executor.spin_once(timeout_sec=0.01)
+
+
+def bench_transitions(batch_size: int, seconds: float) -> float:
+    """Return transitions/s that came out of the learner's ingest path."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from async_rl_ros.core.double_buffer import DoubleBuffer
+    from async_rl_ros.ros import qos
+    from async_rl_ros.ros.conversions import msg_to_batch
+    from async_rl_ros_interfaces.msg import TransitionBatch
+
+    times: list[float] = []
+    counts = [0]
+
+    def preprocess(msg):
+        batch = msg_to_batch(msg, 21, 6)
+        counts[0] += len(batch['reward'])
+        times.append(time.perf_counter())
+        return batch
+
+    buffer = DoubleBuffer(preprocess, max_raw=4096)
+    node = rclpy.create_node('bench_learner')
+    node.create_subscription(TransitionBatch, TOPIC_T, buffer.put, qos.TRANSITIONS)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    process = mp.get_context('spawn').Process(target=_publish_transitions,
+                                              args=(batch_size, seconds))
+    process.start()
+    _spin_while(node, process, executor)
+    buffer.drain(5.0)
+    buffer.close()
+    executor.remove_node(node)
+    node.destroy_node()
+    if len(times) < 2:
+        return 0.0
+    return (counts[0] - batch_size) / (times[-1] - times[0])
+
+
+def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float], int]:
+    """Return arrival and assembled latencies (ms) and the number of weights assembled."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from async_rl_ros.core.sharded_weights import ShardAssembler
+    from async_rl_ros.ros import qos
+    from async_rl_ros.ros.conversions import msg_to_shard_packet
+    from async_rl_ros_interfaces.msg import PolicyWeights
+
+    node = rclpy.create_node('bench_worker_weights')
+    assembler = ShardAssembler()
+    arrival: list[float] = []
+    assembled: list[float] = []
+
+    def on_weights(msg):
+        now = node.get_clock().now()
+        sent = msg.header.stamp.sec * 1e9 + msg.header.stamp.nanosec
+        arrival.append((now.nanoseconds - sent) / 1e6)
+        if assembler.add(msg_to_shard_packet(msg)) is not None:
+            assembled.append((node.get_clock().now().nanoseconds - sent) / 1e6)
+
+    node.create_subscription(PolicyWeights, TOPIC_W, on_weights, qos.WEIGHTS)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    process = mp.get_context('spawn').Process(target=_publish_weights, args=(count, rate_hz))
+    process.start()
+    _spin_while(node, process, executor)
+    executor.remove_node(node)
+    node.destroy_node()
+    return arrival, assembled, len(assembled)
+
+
+def main() -> None:
+    """Run the benchmark and print a table and a JSON summary."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    parser.add_argument('--quick', action='store_true', help='short runs (< 1 min)')
+    args = parser.parse_args()
+    try:
+        import rclpy
+        import async_rl_ros_interfaces.msg  # noqa: F401 -- the built messages are needed
+    except ImportError as exc:
+        print(f'skipped: ROS 2 is not available ({exc}); source a ROS 2 workspace with '
+              'async_rl_ros_interfaces built')
+        print(json.dumps({'transitions_per_s_b64': None, 'transitions_per_s_b256': None,
+                          'weights_p50_ms': None, 'weights_p99_ms': None,
+                          'skipped': 'rclpy not available'}))
+        return
+    seconds = 3.0 if args.quick else 10.0
+    count = 60 if args.quick else 400
+    rclpy.init()
+    try:
+        rates = {b: bench_transitions(b, seconds) for b in (1, 64, 256)}
+        arrival, assembled, n = bench_weights(count, 20.0)
+    finally:
+        rclpy.try_shutdown()
+    p = {q: float(np.percentile(assembled, q)) if assembled else float('nan')
+         for q in (50, 99)}
+    print(f'{"batch":>6} | {"transitions/s":>14}')
+    for b, rate in rates.items():
+        print(f'{b:>6} | {rate:>14,.0f}')
+    print(f'weights: {n}/{count} assembled; send->arrival p50 '
+          f'{np.percentile(arrival, 50) if arrival else float("nan"):.2f} ms, '
+          f'send->assembled p50 {p[50]:.2f} ms, p99 {p[99]:.2f} ms')
+    print(json.dumps({'transitions_per_s_b1': round(rates[1]),
+                      'transitions_per_s_b64': round(rates[64]),
+                      'transitions_per_s_b256': round(rates[256]),
+                      'weights_p50_ms': round(p[50], 3), 'weights_p99_ms': round(p[99], 3)}))
+
+
+if __name__ == '__main__':
+    main()
