@@ -15,7 +15,7 @@
 """The env worker: batching, version stamps, weights hand-over, learner round trip."""
 
 from async_rl_ros.core.config import LearnerConfig
-from async_rl_ros.core.env_worker import EnvWorker, NO_POLICY, WorkerPolicy
+from async_rl_ros.core.env_worker import EnvWorker, NO_POLICY, WorkerPacer, WorkerPolicy
 from async_rl_ros.core.learner import Learner
 from async_rl_ros.envs.reach_env import make_reach_env
 import numpy as np
@@ -71,3 +71,27 @@ def test_warmup_acts_randomly_even_with_weights(env, tmp_path):
     second = next(b for b in iter(worker.step, 'never') if b is not None)
     assert np.all(first['policy_version'] == NO_POLICY)
     assert np.all(second['policy_version'] == 1)
+
+
+def test_pacer_pauses_only_while_ahead_of_the_learner():
+    pacer = WorkerPacer()
+    assert not pacer.should_pause(10**6)  # nothing heard from a learner: never pause
+    pacer.report(received=1000, wanted=1500, own_steps=200)
+    assert not pacer.should_pause(699)    # 1000 + 499 < 1500
+    assert pacer.should_pause(700)        # the worker's own steps since the report count
+    pacer.report(received=1600, wanted=3000, own_steps=700)  # the learner caught up
+    assert not pacer.should_pause(700)
+    pacer.report(received=10**6, wanted=-1, own_steps=700)   # -1: no limit
+    assert not pacer.should_pause(10**7)
+
+
+def test_learner_wants_learning_starts_then_one_transition_per_update(tmp_path):
+    cfg = LearnerConfig().replace(**{
+        'learning_starts': 500, 'batch.initial_batch': 64, 'updates_per_step': 0.5,
+        'checkpoint.directory': str(tmp_path)})
+    learner = Learner(cfg, 21, 6)
+    assert learner.env_steps_wanted(slack=100) == 600
+    learner.updates = 50
+    assert learner.env_steps_wanted(slack=100) == 500 + 100 + 100  # 2 transitions per update
+    # The runner's cap on updates per transition wins when it is the smaller ratio.
+    assert learner.env_steps_wanted(slack=0, max_update_ratio=0.25) == 500 + 200

@@ -732,6 +732,10 @@ class RosTransportConfig(Section):
                                    unit='transitions', low=1, high=65536)
     max_update_ratio: float = option(1.0, 'At most this many learner updates per transition '
                                      'received.', low=0.0, high=64.0, low_open=True)
+    rate_limit_slack: int = option(2000, 'Transitions simulated workers may run ahead of '
+                                   'learner.updates_per_step before they pause (real arms never '
+                                   'pause for it); 0: no limit.', unit='transitions', low=0,
+                                   high=10**9)
     max_raw_batches: int = option(1024, 'Received batches queued for preprocessing before the '
                                   'oldest is dropped (subscriptions never block).', low=1,
                                   high=1_000_000)

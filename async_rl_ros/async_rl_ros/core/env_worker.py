@@ -31,7 +31,7 @@ from async_rl_ros.core.networks import Actor
 import numpy as np
 import torch
 
-__all__ = ['WorkerPolicy', 'EnvWorker', 'NO_POLICY']
+__all__ = ['WorkerPolicy', 'EnvWorker', 'NO_POLICY', 'WorkerPacer']
 
 #: ``policy_version`` of transitions acted with uniform random actions (no weights yet).
 NO_POLICY = -1
@@ -153,3 +153,28 @@ class EnvWorker:
         """Return and clear the metrics of the episodes finished since the last call."""
         out, self.episode_metrics = self.episode_metrics, []
         return out
+
+
+class WorkerPacer:
+    """
+    Tell a simulated worker to pause while it is ahead of what the learner can use.
+
+    The learner reports now and then how many transitions it received and how many it can use
+    (:meth:`Learner.env_steps_wanted`); between reports the worker adds the steps it made
+    itself. With W workers the overshoot is at most W times the learner's slack. A worker that
+    has heard nothing yet, or a report of ``wanted < 0`` (no limit), never pauses.
+    """
+
+    def __init__(self):
+        self._report: tuple[int, int, int] | None = None
+
+    def report(self, received: int, wanted: int, own_steps: int) -> None:
+        """Record the learner's counters; ``own_steps`` is this worker's step count now."""
+        self._report = (int(received), int(wanted), int(own_steps))
+
+    def should_pause(self, own_steps: int) -> bool:
+        """Return whether the worker should skip stepping for a moment."""
+        if self._report is None:
+            return False
+        received, wanted, then = self._report
+        return wanted >= 0 and received + (own_steps - then) >= wanted

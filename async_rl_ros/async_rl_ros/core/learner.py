@@ -125,6 +125,22 @@ class Learner:
         """Return whether enough transitions arrived to start updating."""
         return len(self.replay) >= max(self.cfg.learning_starts, self.batch_sizer.batch_size)
 
+    def env_steps_wanted(self, slack: int, max_update_ratio: float = math.inf) -> int:
+        """
+        Return how many transitions in total the learner can use now (the workers' rate limit).
+
+        As in single-process training: ``learning_starts`` transitions before the first
+        update, then one per ``1 / updates_per_step`` updates, plus ``slack`` that workers may
+        run ahead; a sample-to-insert limiter in the manner of Reverb (Cassirer et al., 2021).
+
+        :param slack: transitions allowed beyond the update-to-data ratio.
+        :param max_update_ratio: the cap on updates per transition that the runner applies
+            (the ratio used is the smaller one, so the learner can always catch up).
+        """
+        ratio = min(self.cfg.updates_per_step, max_update_ratio)
+        floor = max(self.cfg.learning_starts, self.batch_sizer.batch_size)
+        return int(floor + self.updates / ratio) + slack
+
     # ------------------------------------------------------------------ update
     def train_step(self) -> dict[str, float]:
         """

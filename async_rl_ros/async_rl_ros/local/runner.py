@@ -231,12 +231,9 @@ class LocalRunner:
         """Let the workers queue what keeps the learner near its update-to-data ratio."""
         if self.sync or not self.rcfg.rate_limit_slack:
             return
-        ratio = min(self.cfg.updates_per_step, self.rcfg.max_update_ratio)
-        floor = max(self.cfg.learning_starts, self.learner.batch_sizer.batch_size)
-        # As in single-process training: learning starts after ``floor`` transitions, then
-        # ``ratio`` updates per transition.
-        allowed = floor + self.learner.updates / ratio + self.rcfg.rate_limit_slack
-        self.allowance.value = int(allowed) - self._steps_at_start
+        wanted = self.learner.env_steps_wanted(self.rcfg.rate_limit_slack,
+                                               self.rcfg.max_update_ratio)
+        self.allowance.value = wanted - self._steps_at_start
 
     def _record_lag(self, acted: np.ndarray) -> None:
         acted = np.asarray(acted).reshape(-1)

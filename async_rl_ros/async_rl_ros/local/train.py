@@ -228,7 +228,7 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
     seconds = time.perf_counter() - start
     transport = runner.metrics()
     summary = {
-        'mode': f'{runner_cfg.mode}, {runner.num_workers} worker processes',
+        'mode': f'{runner_cfg.mode}, worker processes: {runner.num_workers}',
         'samples/s, updates/s': f'{(learner.env_steps - state["steps0"]) / seconds:.0f}, '
                                 f'{(learner.updates - state["updates0"]) / seconds:.1f}',
         'policy lag p50 / p99 / max': ' / '.join(
@@ -241,7 +241,8 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
     eval_env = UR5ReachEnv(env_cfg)
     checkpoint, policy, evaluation, curve = _finish(
         learner, eval_env, logger, log_dir,
-        f'UR5 reach, SAC {runner_cfg.mode}, {runner.num_workers} workers, seed {cfg.seed}',
+        f'UR5 reach, SAC {runner_cfg.mode}, {runner.num_workers} worker'
+        f'{"s" if runner.num_workers > 1 else ""}, seed {cfg.seed}',
         eval_episodes or cfg.eval_episodes)
     eval_env.close()
     return TrainResult(env_steps=learner.env_steps, updates=learner.updates, seconds=seconds,

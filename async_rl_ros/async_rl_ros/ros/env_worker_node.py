@@ -36,13 +36,14 @@ from typing import Any
 
 from async_rl_ros.core.codec import CodecError
 from async_rl_ros.core.config import EnvWorkerConfig, RosTransportConfig
-from async_rl_ros.core.env_worker import EnvWorker, WorkerPolicy
+from async_rl_ros.core.env_worker import EnvWorker, WorkerPacer, WorkerPolicy
 from async_rl_ros.core.sharded_weights import ShardAssembler
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
 from async_rl_ros.ros.node_utils import run_node
 from async_rl_ros.ros.params import SectionParameters
-from async_rl_ros_interfaces.msg import PolicyWeights, TransitionBatch, WorkerStatus
+from async_rl_ros_interfaces.msg import (PolicyWeights, TrainingStats, TransitionBatch,
+                                         WorkerStatus)
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -51,6 +52,8 @@ from rclpy.subscription import Subscription
 from rclpy.timer import Timer
 
 __all__ = ['EnvWorkerNode', 'main']
+
+PACE_SLEEP_S = 0.002  # s a paced worker idles before looking again
 
 
 def _stop_arm(env: Any) -> None:
@@ -85,6 +88,7 @@ class EnvWorkerNode(LifecycleNode):
         self.env = None
         self.worker: EnvWorker | None = None
         self.assembler = ShardAssembler()
+        self.pacer = WorkerPacer()
         self.rejected: collections.Counter[str] = collections.Counter()
         self._pending: dict[int, PolicyWeights] = {}
         self._pending_lock = threading.Lock()
@@ -121,6 +125,9 @@ class EnvWorkerNode(LifecycleNode):
         for shard in range(self.transport.parameter_server.num_shards):
             self._entities.append(self.create_subscription(
                 PolicyWeights, topics.weights_topic(shard), self._on_weights, qos.WEIGHTS))
+        if self.source == 'sim':  # a real arm runs in real time: never paced
+            self._entities.append(self.create_subscription(
+                TrainingStats, topics.TRAINING_STATS, self._on_stats, qos.METRICS))
         self._entities.append(self.create_timer(1.0 / self.transport.diagnostics_hz,
                                                 self._publish_status))
         self._label = 'inactive'
@@ -193,6 +200,11 @@ class EnvWorkerNode(LifecycleNode):
         with self._pending_lock:  # only store: the stepping thread decodes
             self._pending[int(msg.shard_id)] = msg
 
+    def _on_stats(self, msg: TrainingStats) -> None:
+        worker = self.worker
+        if worker is not None:  # only record: the stepping thread decides
+            self.pacer.report(msg.env_steps, msg.env_steps_wanted, worker.steps)
+
     def _install_weights(self) -> None:
         with self._pending_lock:
             pending, self._pending = self._pending, {}
@@ -218,6 +230,9 @@ class EnvWorkerNode(LifecycleNode):
         worker = self.worker
         while not self._stop.is_set():
             self._install_weights()
+            if self.pacer.should_pause(worker.steps):
+                self._stop.wait(PACE_SLEEP_S)  # ahead of the learner: let it catch up
+                continue
             batch = worker.step()
             episodes = worker.take_episode_metrics()
             if episodes:

@@ -332,6 +332,9 @@ class LearnerNode(Node):
         stats.samples_per_s = float(metrics['charts/samples_per_s'])
         stats.updates_per_s = float(metrics['charts/updates_per_s'])
         stats.policy_lag = float(metrics['charts/policy_lag_mean'])
+        slack = self.transport.rate_limit_slack
+        stats.env_steps_wanted = (self.learner.env_steps_wanted(
+            slack, self.transport.max_update_ratio) if slack else -1)
         stats.names = list(metrics)
         stats.values = [float(v) for v in metrics.values()]
         self.stats_pub.publish(stats)
