@@ -158,8 +158,8 @@ class LocalRunner:
     # ------------------------------------------------------------------ plumbing
     def _preprocess(self, message: tuple) -> tuple | None:
         transitions, episodes, stats = message
-        if set(transitions) != {'obs', 'action', 'reward', 'next_obs', 'terminated',
-                                'truncated', 'policy_version', 'worker_id'}:
+        if set(transitions) - {'source'} != {'obs', 'action', 'reward', 'next_obs', 'terminated',
+                                             'truncated', 'policy_version', 'worker_id'}:
             return None
         return transitions, episodes, stats
 
