@@ -95,6 +95,7 @@ class Controller:
         self.unlocks = 0
         self.max_speed = 0.0
         self.moved_while_stopped = 0.0  # rad travelled while not PLAYING or not NORMAL
+        self.log: list[tuple[float, str]] = []  # (controller time, event)
 
     # ------------------------------------------------------------------ time
     def now(self) -> float:
@@ -106,6 +107,7 @@ class Controller:
         """Start a newly received control script (replaces a running one)."""
         with self.lock:
             self.uploads += 1
+            self.log.append((round(self.now(), 3), 'upload'))
             self.reg_int, self.reg_float = reg_int, reg_float
             self._halt_program('STOPPED')
             if self.safety != 'NORMAL':
@@ -206,6 +208,7 @@ class Controller:
             if playing and self.watchdog_hz > 0.0 and \
                     now - self.last_input > 1.0 / self.watchdog_hz:
                 self.watchdog_trips += 1
+                self.log.append((round(self.now(), 3), 'watchdog'))
                 self._halt_program('STOPPED')
                 playing = False
             if playing and self.safety == 'NORMAL':
@@ -257,6 +260,7 @@ class Controller:
             self.mode = 'stop'
             self.accel = max(self._in_double(0), 0.5)
         elif cmd == 35:                # setWatchdog: minimum frequency d0
+            self.log.append((round(self.now(), 3), 'set_watchdog'))
             self.watchdog_hz = max(self._in_double(0), 0.0)
             self.last_input = time.monotonic()
         elif cmd == 255:               # stopScript
@@ -362,4 +366,6 @@ class Controller:
                     'protective_stops': self.protective_stops, 'unlocks': self.unlocks,
                     'max_speed': self.max_speed,
                     'moved_while_stopped': self.moved_while_stopped,
-                    'speed': float(math.sqrt(float(np.dot(self.qd, self.qd))))}
+                    'speed': float(math.sqrt(float(np.dot(self.qd, self.qd)))),
+                    'log': self.log[-20:], 'command_register': self._in_int(0),
+                    'script_state': self.out_int[self.reg_int]}

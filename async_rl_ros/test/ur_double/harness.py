@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from ur_double.server import CONTROL_PORT, PORTS
@@ -53,10 +55,23 @@ class DoubleProcess:
         self.proc = subprocess.Popen(args, cwd=_TEST_DIR, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self._sock: socket.socket | None = None
-        self._wait_ports()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
 
-    def _wait_ports(self, timeout: float = 20.0) -> None:
+    def _wait_ready(self, timeout: float = 20.0) -> None:
+        """Wait for the 'listening' line of this very process, then for its ports."""
         deadline = time.monotonic() + timeout
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ''
+        if 'listening' not in line:
+            # A bind error (e.g. a double left over on this address) ends the process.
+            rest = self.proc.stdout.read() if self.proc.poll() is not None else ''
+            raise RuntimeError(f'the double on {self.ip} did not start: {line}{rest}')
+        self.output = [line]
+        threading.Thread(target=self._drain, daemon=True).start()
         for port in (CONTROL_PORT, *PORTS.values()):
             while True:
                 if self.proc.poll() is not None:
@@ -68,6 +83,11 @@ class DoubleProcess:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f'the double does not listen on {self.ip}:{port}')
                     time.sleep(0.05)
+
+    def _drain(self) -> None:
+        """Keep reading the double's output so that a full pipe never blocks it."""
+        for line in self.proc.stdout:
+            self.output = (self.output + [line])[-200:]
 
     def call(self, *words: object) -> dict:
         """Send one control command and return its JSON answer."""
@@ -104,5 +124,3 @@ class DoubleProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
