@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 
-from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
+                                      LocalRunnerConfig)
 from async_rl_ros.local.runner import LocalRunner
 import psutil
 import pytest
@@ -57,6 +58,13 @@ def test_both_modes_train_publish_and_leave_no_process(tmp_path, mode):
     if mode == 'sync':
         assert runner.metrics()['charts/policy_lag_max'] <= 1.0
     assert all(not h.process.is_alive() for h in runner.workers.values())
+
+
+def test_a_physical_arm_gets_exactly_one_worker(tmp_path):
+    _, learner, runner = configs(tmp_path, 'async', 1000)
+    real = EnvWorkerConfig().replace(backend='ur5')
+    with pytest.raises(ConfigError, match='exactly 1 with backend ur5'):
+        LocalRunner(real, learner, runner)
 
 
 def test_a_killed_worker_is_respawned_and_training_continues(tmp_path):
