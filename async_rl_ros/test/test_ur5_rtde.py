@@ -312,12 +312,17 @@ def test_sigint_and_close_stop_the_arm_then_the_script(run):
     for _ in range(3):
         run.step()
     assert run.moving()
+    # Python's own handler, even where the test runner inherited SIGINT as ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.1, signal.raise_signal, args=(signal.SIGINT,))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        for _ in range(100):
-            run.step()
-    timer.join()
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in range(100):
+                run.step()
+    finally:
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
     state = run.double.wait_for(lambda s: s['speed'] == 0.0)
     assert state['counts'].get('15', 0) >= 1 and state['counts'].get('255', 0) == 1
     assert state['runtime_state'] == 1
