@@ -64,6 +64,9 @@ def test_backoff_doubles_up_to_the_cap():
 def test_state_clock_ages_samples_even_without_new_ones():
     clock = StateClock()
     assert clock.age(0.0) == float('inf')
+    # One sample, however often read, proves nothing: it may be the last of a dead link.
+    assert clock.observe(99.998, 5.001) == float('inf')
+    assert clock.observe(99.998, 5.002) == float('inf')
     # Controller time 100 s read at local 5.003, then 100.002 read at 5.004 (faster path).
     assert clock.observe(100.0, 5.003) == 0.0
     assert clock.observe(100.002, 5.004) == 0.0
@@ -75,6 +78,8 @@ def test_state_clock_ages_samples_even_without_new_ones():
     assert clock.observe(1.0, 6.0) == 0.0
     clock.reset()
     assert clock.age(6.0) == float('inf')
+    assert clock.observe(1.0, 6.1) == float('inf')       # the pre-reset sample again
+    assert clock.observe(1.002, 6.102) == 0.0
 
 
 def test_policy_gate_lag_crc_heartbeat():

@@ -140,19 +140,26 @@ class StateClock:
     The offset between the local clock and the controller clock is the smallest
     ``local - stamp`` seen (transport delays are never negative), so the age of a sample is
     ``local_now - offset - stamp``: it grows when the samples stop, even if nobody polls.
+    A single sample proves nothing (it may be the last one of a dead link): the age stays
+    infinite until the timestamp has changed once since the start or the last :meth:`reset`.
     """
 
     def __init__(self):
         self.offset: float | None = None
         self.stamp: float | None = None
+        self._first: float | None = None   # the stamp seen first since the reset
 
     def reset(self) -> None:
         """Forget everything (after a reconnection the controller may have restarted)."""
         self.offset = None
         self.stamp = None
+        self._first = None
 
     def observe(self, stamp: float, now: float) -> float:
         """Record the newest ``stamp`` (controller s) read at local time ``now`` (s); age."""
+        if self.offset is None and (self._first is None or stamp == self._first):
+            self._first = stamp   # no evidence yet that samples are flowing
+            return float('inf')
         offset = now - stamp
         if self.offset is None or offset < self.offset or \
                 (self.stamp is not None and stamp < self.stamp):

@@ -469,7 +469,9 @@ class UR5RTDE:
             attempt += 1
             self._sleep(delay)
             try:
-                if not self.receive.isConnected() and not self.receive.reconnect():
+                # Always: after a failed attempt the receive interface may claim to be
+                # connected while its data thread is gone.
+                if not self.receive.reconnect():
                     continue
                 if not self.control.reconnect():
                     continue

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
                         help='seconds before a protective stop can be unlocked')
     parser.add_argument('--not-remote', action='store_true',
                         help='report local control (the preflight must fail)')
+    parser.add_argument('--parent-pid', type=int, default=0,
+                        help='exit when this process is gone (set by the test harness)')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='ur_double %(levelname)s %(message)s')
     version = (5, 15, 1, 0) if args.series == 'e' else (3, 15, 7, 0)
@@ -51,7 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(sig, lambda *_: done.set())
     print(f'ur_double listening on {args.ip} (controller {".".join(map(str, version))}, '
           f'{server.frequency:g} Hz)', flush=True)
-    done.wait()
+    while not done.wait(0.5):
+        if args.parent_pid and os.getppid() != args.parent_pid:
+            break  # the test process died without stopping us: do not linger on the address
     server.close()
 
 

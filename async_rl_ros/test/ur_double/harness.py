@@ -47,7 +47,7 @@ class DoubleProcess:
                  not_remote: bool = False):
         self.ip = ip
         args = [sys.executable, '-m', 'ur_double', '--ip', ip, '--series', series,
-                '--cooldown', str(cooldown)]
+                '--cooldown', str(cooldown), '--parent-pid', str(os.getpid())]
         if not_remote:
             args.append('--not-remote')
         env = dict(os.environ)
