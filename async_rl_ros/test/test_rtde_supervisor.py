@@ -16,7 +16,7 @@
 
 import threading
 
-from async_rl_ros.core.config import RTDEConfig
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, RTDEConfig
 from async_rl_ros.envs.rtde_supervisor import (backoff, classify, NeedsPerson, PolicyGate,
                                                ProtectiveStopLog, SAFETY_BITS, StateClock,
                                                Verdict)
@@ -116,3 +116,15 @@ def test_policy_gate_wait_open_wakes_on_a_change():
         assert gate.wait_open(30.0) is None           # woken by the update, not the timeout
     finally:
         opener.join()
+
+
+def test_rtde_config_rules():
+    cfg = EnvWorkerConfig().replace(backend='ur5', **{'rtde.frequency': 125.0})
+    assert cfg.rtde.frequency / cfg.task.control_hz == 5
+    with pytest.raises(ConfigError, match='a divisor of rtde.frequency = 125 Hz'):
+        cfg.replace(**{'task.control_hz': 30.0})
+    EnvWorkerConfig().replace(**{'task.control_hz': 30.0})   # only the real robot cares
+    with pytest.raises(ConfigError, match='one of 125.0, 500.0'):
+        cfg.replace(**{'rtde.frequency': 250.0})
+    with pytest.raises(ConfigError, match='reconnect_initial_s'):
+        cfg.replace(**{'rtde.reconnect_initial_s': 10.0, 'rtde.reconnect_max_s': 1.0})

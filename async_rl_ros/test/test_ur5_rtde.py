@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 
-from async_rl_ros.core.config import EnvWorkerConfig
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
 from async_rl_ros.envs.reach_env import UR5ReachEnv
 from async_rl_ros.envs.reach_task import OBS_SLICES
 from async_rl_ros.envs.rtde_supervisor import PolicyGate
@@ -336,3 +336,20 @@ def test_sigint_and_close_stop_the_arm_then_the_script(run):
     with pytest.raises(RuntimeError, match='closed'):
         run.step()
     run.assert_safe()
+
+
+def test_wrong_rate_for_a_cb3_and_local_control_are_refused_before_any_motion():
+    double = DoubleProcess('127.0.0.36', series='cb3')
+    try:
+        with pytest.raises(ConfigError, match=r'rtde.frequency = 500.0 .*125 on a CB3'):
+            UR5RTDE(make_cfg(double.ip))                  # default 500 Hz
+        assert double.state()['uploads'] == 0
+    finally:
+        double.close()
+    double = DoubleProcess('127.0.0.37', not_remote=True)
+    try:
+        with pytest.raises(NeedsPerson, match='Remote Control'):
+            UR5RTDE(make_cfg(double.ip))
+        assert double.state()['uploads'] == 0
+    finally:
+        double.close()
