@@ -211,11 +211,11 @@ class UR5RTDE:
                 reason = 'stale controller state'
                 self._stop_motion()
                 self.events.append((time.monotonic(), 'stale', reason))
-                state = self._require_fresh()
             if reason is not None:
+                # No command this step: return a state read after the recovery or the hold.
                 self.interrupted = reason
                 self._servo_target = None
-                return state
+                return self._require_fresh()
             ok = self._command(np.asarray(qd, dtype=np.float64), state)
             self._wait_step()
             reason = self._ensure_ready()
