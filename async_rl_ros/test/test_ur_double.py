@@ -88,8 +88,9 @@ def test_speedj_servoj_movej_move_the_joints_as_commanded(double):
         assert control.isProgramRunning()
         q0 = np.array(receive.getActualQ())
         # speedJ: joint 0 at 0.4 rad/s, acceleration 4 rad/s^2, for 0.5 s of controller time.
-        start = receive.getTimestamp()
+        start, give_up = receive.getTimestamp(), time.monotonic() + 20.0
         while receive.getTimestamp() - start < 0.5:
+            assert time.monotonic() < give_up, 'no controller data'
             t0 = control.initPeriod()
             assert control.speedJ([0.4, 0, 0, 0, 0, -0.2], 4.0, 0.002)
             control.waitPeriod(t0)
@@ -105,8 +106,9 @@ def test_speedj_servoj_movej_move_the_joints_as_commanded(double):
         # servoJ: track a target 0.05 rad away on joint 1.
         q1 = np.array(receive.getActualQ())
         target = q1 + np.array([0, 0.05, 0, 0, 0, 0])
-        start = receive.getTimestamp()
+        start, give_up = receive.getTimestamp(), time.monotonic() + 20.0
         while receive.getTimestamp() - start < 0.3:
+            assert time.monotonic() < give_up, 'no controller data'
             t0 = control.initPeriod()
             assert control.servoJ(list(target), 0.0, 0.0, 0.002, 0.1, 300.0)
             control.waitPeriod(t0)
@@ -133,7 +135,9 @@ def test_watchdog_halts_motion_when_the_kicks_stop(double):
     try:
         # 2 Hz: writes more than 0.5 s apart stop the program (generous for a busy CI host).
         assert control.setWatchdog(2.0)
+        give_up = time.monotonic() + 20.0
         while double.state()['speed'] < 0.2:
+            assert time.monotonic() < give_up, 'the arm does not move'
             assert control.speedJ([0.3, 0, 0, 0, 0, 0], 5.0, 0.04)
             control.kickWatchdog()
             time.sleep(0.04)
