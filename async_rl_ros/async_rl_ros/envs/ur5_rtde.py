@@ -486,8 +486,7 @@ class UR5RTDE:
             if self._wait_fresh(_FRESH_TIMEOUT) is None:
                 continue
             self.events.append((time.monotonic(), 'reconnected', f'after {attempt} attempts'))
-            if self.control.isProgramRunning():
-                self._arm_program()
+            self._restart_program()  # running (re-uploaded if needed) and the watchdog armed
             return
         self.halted = True
         raise NeedsPerson(f'lost the connection to {self.ip} and {attempt} reconnection '
