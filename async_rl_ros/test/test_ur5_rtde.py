@@ -106,6 +106,24 @@ def run(request):
     r.close()
 
 
+def drive(run, n):
+    """
+    Step until ``n`` steps in a row ran as commanded; return the last step's result.
+
+    Only 'stale controller state' may interrupt: on a starved CI machine the double can miss
+    its data deadline, and holding that step is the supervisor's job, not a failure.
+    """
+    clean = 0
+    for _ in range(n + 30):
+        out = run.step()
+        reason = out[2].get('interrupted')
+        assert reason in (None, 'stale controller state') and out[1] == bool(reason), out[2]
+        clean = 0 if reason else clean + 1
+        if clean == n:
+            return out
+    raise AssertionError(f'no {n} uninterrupted steps in a row')
+
+
 def expected_speed(cfg, action):
     return action * cfg.task.action_scale * np.array(cfg.safety.max_joint_speed) * \
         cfg.rtde.speed_scaling
@@ -124,11 +142,20 @@ def test_reset_moves_home_and_steps_follow_the_commands(run):
     assert np.max(np.abs(np.array(state['q']) - home)) <= run.cfg.task.home_noise + 1e-6
     assert state['speed'] == 0.0 and state['watchdog_hz'] == 2.0, state
     q0 = np.array(state['q'])
-    for k in range(20):
+    # Measure over 10 uninterrupted steps once at speed. On a starved CI machine the double may
+    # miss its data deadline: the supervisor then rightly holds one step ('stale'), and the
+    # window starts again; any other interruption is a failure.
+    clean, first = 0, None
+    for _ in range(100):
         obs, truncated, info = run.step()
-        assert 'interrupted' not in info and not truncated
-        if k == 9:
+        reason = info.get('interrupted')
+        assert reason in (None, 'stale controller state') and truncated == bool(reason), info
+        clean = 0 if reason else clean + 1
+        if clean == 5:
             first = run.backend.read()
+        if clean == 15:
+            break
+    assert clean == 15
     last = run.backend.read()
     # The arm moves at the commanded speed (controller clock: joints over timestamps).
     want = expected_speed(run.cfg, PUSH)
@@ -137,7 +164,7 @@ def test_reset_moves_home_and_steps_follow_the_commands(run):
     if run.cfg.rtde.control_mode == 'speedj':
         np.testing.assert_allclose(obs[OBS_SLICES['qd']], want, atol=1e-6)
     moved = np.array(run.double.state()['q']) - q0
-    assert moved[0] > 0.5 * want[0] * 20 * run.cfg.task.dt
+    assert moved[0] > 0.5 * want[0] * 15 * run.cfg.task.dt
     np.testing.assert_allclose(moved[1:], 0.0, atol=1e-9)
     # moveJ reset to a given pose: at rest exactly there.
     target = home + np.array([0.1, -0.05, 0.05, 0.0, 0.0, 0.1])
@@ -155,8 +182,7 @@ def test_reset_moves_home_and_steps_follow_the_commands(run):
 @pytest.mark.parametrize('run', [{'ip': '127.0.0.23'}], indirect=True)
 def test_protective_stop_truncates_unlocks_and_resumes(run):
     run.reset()
-    for _ in range(5):
-        run.step()
+    drive(run, 5)
     assert run.moving()
     run.double.call('protective_stop')
     obs, truncated, info = run.step()
@@ -165,12 +191,10 @@ def test_protective_stop_truncates_unlocks_and_resumes(run):
     assert state['unlocks'] == 1 and state['safety'] == 'NORMAL'
     assert state['runtime_state'] == 2 and state['uploads'] == 2
     np.testing.assert_allclose(obs[OBS_SLICES['q']], state['q'], atol=1e-6)  # fresh state
-    kinds = [kind for _, kind, _ in run.backend.events]
+    kinds = [kind for _, kind, _ in run.backend.events if kind != 'stale']
     assert kinds == ['protective_stop', 'unlocked', 'program_restarted']
     run.reset()
-    for _ in range(5):
-        obs, truncated, info = run.step()
-        assert not truncated
+    drive(run, 5)
     assert run.moving()
     run.assert_safe()
 
@@ -199,8 +223,7 @@ def test_too_many_protective_stops_stop_and_ask_for_a_person(run):
 @pytest.mark.parametrize('run', [{'ip': '127.0.0.25'}], indirect=True)
 def test_link_drop_reconnects_and_never_moves_on_the_old_state(run):
     run.reset()
-    for _ in range(5):
-        run.step()
+    drive(run, 5)
     assert run.moving()
     uploads = run.double.state()['uploads']
     run.double.call('drop', 0.6)        # longer than the watchdog period
@@ -215,8 +238,7 @@ def test_link_drop_reconnects_and_never_moves_on_the_old_state(run):
     assert state['uploads'] == uploads + 1 and state['runtime_state'] == 2
     assert 'reconnected' in [kind for _, kind, _ in run.backend.events]
     run.reset()
-    for _ in range(4):
-        assert not run.step()[1]
+    drive(run, 4)
     assert run.moving()
     run.assert_safe()
 
@@ -248,8 +270,7 @@ def test_policy_gate_holds_the_arm_still(run):
     gate.heartbeat(learner_version=5)
     gate.policy_loaded(5)
     run.reset()
-    for _ in range(5):
-        run.step()
+    drive(run, 5)
     assert run.moving()
     gate.heartbeat(learner_version=9)   # the worker's policy is now 4 versions behind
     result = {}
@@ -268,15 +289,14 @@ def test_policy_gate_holds_the_arm_still(run):
     obs, truncated, info = result['out']
     assert truncated and info['interrupted'].startswith('policy gate: policy is 4 versions')
     run.reset()
-    assert not run.step()[1]
+    drive(run, 1)
     run.assert_safe()
 
 
 @pytest.mark.parametrize('run', [{'ip': '127.0.0.28'}], indirect=True)
 def test_a_stalled_worker_is_stopped_by_the_watchdog_then_restarts(run):
     run.reset()
-    for _ in range(5):
-        run.step()
+    drive(run, 5)
     assert run.moving()
     time.sleep(0.8)                      # the worker stalls (no command, no kick)
     state = run.double.state()
@@ -286,8 +306,7 @@ def test_a_stalled_worker_is_stopped_by_the_watchdog_then_restarts(run):
     assert truncated and 'not running' in info['interrupted']
     assert run.double.state()['runtime_state'] == 2
     run.reset()
-    for _ in range(3):
-        assert not run.step()[1]
+    drive(run, 3)
     assert run.moving()
     run.assert_safe()
 
@@ -309,8 +328,7 @@ def test_frozen_data_holds_the_arm_and_sends_no_motion(run):
 @pytest.mark.parametrize('run', [{'ip': '127.0.0.30'}], indirect=True)
 def test_sigint_and_close_stop_the_arm_then_the_script(run):
     run.reset()
-    for _ in range(3):
-        run.step()
+    drive(run, 3)
     assert run.moving()
     # Python's own handler, even where the test runner inherited SIGINT as ignored.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -327,7 +345,7 @@ def test_sigint_and_close_stop_the_arm_then_the_script(run):
     assert state['counts'].get('15', 0) >= 1 and state['counts'].get('255', 0) == 1
     assert state['runtime_state'] == 1
     run.reset()                          # the supervisor restarts the script
-    run.step()
+    drive(run, 1)
     assert run.moving()
     run.env.close()
     state = run.double.wait_for(lambda s: s['speed'] == 0.0)
