@@ -42,7 +42,7 @@ setup(
         'sim': ['pybullet>=3.2.5', 'gymnasium>=0.29'],
         'learn': ['torch>=2.1', 'tensorboard>=2.12', 'tqdm>=4.60', 'matplotlib>=3.5',
                   'psutil>=5.9'],
-        'real': ['ur_rtde>=1.5'],
+        'real': ['ur-rtde==1.6.5'],
         'bag': ['rosbags>=0.10'],
         'test': ['pytest>=7', 'pytest-timeout>=2', 'hypothesis>=6.80',
                  'ament-lint-flake8', 'ament-lint-pep257', 'ament-xmllint', 'ament-lint'],
@@ -56,6 +56,7 @@ setup(
     entry_points={
         'console_scripts': [
             'async-rl-train = async_rl_ros.local.cli:main',
+            'async-rl-preflight = async_rl_ros.envs.preflight:main',
             'env_worker = async_rl_ros.ros.env_worker_node:main',
             'learner = async_rl_ros.ros.learner_node:main',
             'param_server = async_rl_ros.ros.param_server_node:main',

@@ -39,9 +39,23 @@ def test_batches_are_stamped_and_full(env):
         assert b['obs'].shape == (16, 21) and b['action'].shape == (16, 6)
         assert np.all(b['worker_id'] == 3)
         assert np.all(b['policy_version'] == NO_POLICY)  # no weights yet: random actions
+        assert np.all(b['source'] == 0)  # 'sim'
     # Consecutive transitions chain (no episode ends within the first 40 steps).
     b = batches[0]
     np.testing.assert_allclose(b['next_obs'][:-1], b['obs'][1:])
+
+
+def test_a_real_worker_tags_its_transitions_and_the_learner_stores_the_tag(env, tmp_path):
+    worker = EnvWorker(1, env, WorkerPolicy(21, 6, HIDDEN), batch_size=8, source='real')
+    batch = next(b for b in iter(worker.step, 'never') if b is not None)
+    assert batch['source'].dtype == np.int8 and np.all(batch['source'] == 1)
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
+                                     'checkpoint.directory': str(tmp_path)})
+    learner = Learner(cfg, 21, 6)
+    assert learner.ingest(batch) == 8
+    assert np.all(learner.replay.storage.source[:8] == 1)
+    with pytest.raises(ValueError, match='source'):
+        EnvWorker(1, env, WorkerPolicy(21, 6, HIDDEN), source='robot')
 
 
 def test_weights_from_a_learner_are_used_and_stamped(env, tmp_path):

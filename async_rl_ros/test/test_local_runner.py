@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 
-from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
+                                      LocalRunnerConfig)
 from async_rl_ros.local.runner import LocalRunner
 import numpy as np
 import psutil
@@ -89,6 +90,13 @@ def test_rate_limit_slack_zero_lets_workers_run_free(tmp_path):
     runner.run()
     assert runner.allowance.value >= 2**62
     assert runner.metrics()['transport/rate_limited'] == 0.0
+
+
+def test_a_physical_arm_gets_exactly_one_worker(tmp_path):
+    _, learner, runner = configs(tmp_path, 'async', 1000)
+    real = EnvWorkerConfig().replace(backend='ur5')
+    with pytest.raises(ConfigError, match='exactly 1 with backend ur5'):
+        LocalRunner(real, learner, runner)
 
 
 def test_a_killed_worker_is_respawned_and_training_continues(tmp_path):

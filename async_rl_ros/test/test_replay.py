@@ -32,7 +32,8 @@ import time
 
 from async_rl_ros.core.config import ConfigError
 from async_rl_ros.core.replay import (CountAwarePrioritizedSampler, FIELDS, MinTree,
-                                      ReplayBuffer, ReplayConfig, ReplayStorage, SumTree)
+                                      ReplayBuffer, ReplayConfig, ReplayStorage, SOURCES,
+                                      SumTree)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import numpy as np
@@ -310,6 +311,56 @@ def test_importance_weights_formula():
     assert np.isin(0, drawn)
     assert info['weights'][drawn == 0].max() == 1.0
     assert info['weights'][drawn == 15].max() < info['weights'][drawn == 0].min()
+
+
+def test_real_weight_tilts_draws_towards_real_data_chi_square():
+    """Real transitions are drawn real_weight times as often; weights keep the preference."""
+    n_sim, n_real, calls, batch = 30, 30, 200, 256
+    buf = make_buffer(capacity=n_sim + n_real, seed=21, alpha=1.0, real_weight=3.0)
+    buf.extend(make_batch(n_sim))                       # 'source' left out: simulated
+    buf.extend(dict(make_batch(n_real, start=100.0), source=SOURCES.index('real')))
+    assert list(buf.storage.source) == [0] * n_sim + [1] * n_real
+    mass = np.r_[np.ones(n_sim), np.full(n_real, 3.0)]
+    expected_p = mass / mass.sum()
+    observed = np.zeros(n_sim + n_real)
+    for _ in range(calls):
+        drawn, got, info = buf.sample(batch)
+        np.testing.assert_allclose(info['probabilities'], expected_p[drawn], rtol=1e-9)
+        np.testing.assert_array_equal(got['source'], (drawn >= n_sim).astype(np.int8))
+        # Equal priorities: importance weights ignore the source weight, all are 1.
+        np.testing.assert_allclose(info['weights'], 1.0)
+        observed += np.bincount(drawn, minlength=n_sim + n_real)
+        buf.update_priority(drawn, np.ones(batch))      # keep alpha = 1 priorities equal
+    draws = calls * batch
+    critical = chi2_critical(n_sim + n_real - 1)
+    assert chi2_statistic(observed, draws * expected_p) < critical
+    assert chi2_statistic(observed, np.full(n_sim + n_real, draws / (n_sim + n_real))) > critical
+    assert observed[n_sim:].sum() / draws == pytest.approx(0.75, abs=0.01)
+
+
+def test_source_tags_survive_state_dict_and_old_states_load_as_sim():
+    buf = make_buffer(capacity=8, seed=2, real_weight=4.0)
+    buf.extend(dict(make_batch(4), source=np.array([0, 1, 1, 0], dtype=np.int8)))
+    state = buf.state_dict()
+    restored = make_buffer(capacity=8, seed=2, real_weight=4.0)
+    restored.load_state_dict(state)
+    np.testing.assert_array_equal(restored.storage.source[:4], [0, 1, 1, 0])
+    np.testing.assert_allclose(restored.sampler.probabilities(np.arange(4)),
+                               np.array([1, 4, 4, 1]) / 10.0)
+    # A different real_weight is applied on load (the trees are rebuilt).
+    reweighted = make_buffer(capacity=8, seed=2, real_weight=1.0)
+    reweighted.load_state_dict(state)
+    np.testing.assert_allclose(reweighted.sampler.probabilities(np.arange(4)), 0.25)
+    # A checkpoint written before the source field existed loads as simulated data.
+    for part in ('storage', 'sampler'):
+        state[part].pop('source')
+    state['sampler']['priority_key'].pop('real_weight')
+    old = make_buffer(capacity=8, seed=2, real_weight=4.0)
+    old.load_state_dict(state)
+    np.testing.assert_array_equal(old.storage.source[:4], 0)
+    np.testing.assert_allclose(old.sampler.probabilities(np.arange(4)), 0.25)
+    with pytest.raises(ConfigError, match='real_weight'):
+        make_buffer(real_weight=0.0)
 
 
 def test_beta_anneals_linearly_to_one():

@@ -48,6 +48,7 @@ __all__ = [
     'ReachTaskConfig',
     'SafetyConfig',
     'SimConfig',
+    'RTDEConfig',
     'EnvWorkerConfig',
     'SACConfig',
     'ReplayConfig',
@@ -370,19 +371,89 @@ class SimConfig(Section):
 
 
 @dataclasses.dataclass
+class RTDEConfig(Section):
+    """The physical UR5 through ur_rtde, and the safety supervisor around it (backend ur5)."""
+
+    robot_ip: str = option('192.168.1.102', 'IP address of the UR controller.',
+                           read_only=True)
+    frequency: float = option(500.0, 'RTDE rate of the controller: 500 for e-Series, 125 for '
+                              'CB3 (a CB3 cannot run at 500).', unit='Hz',
+                              choices=(125.0, 500.0), read_only=True)
+    control_mode: str = option('speedj', 'Command of each RL step: speedj (joint velocity) or '
+                               'servoj (joint position one step ahead).',
+                               choices=('speedj', 'servoj'), read_only=True)
+    acceleration: float = option(8.0, 'Joint acceleration speedJ ramps to a new velocity with.',
+                                 unit='rad/s^2', low=0.0, high=40.0, low_open=True)
+    servoj_lookahead: float = option(0.1, 'servoJ lookahead time (smooths the trajectory).',
+                                     unit='s', low=0.03, high=0.2)
+    servoj_gain: float = option(300.0, 'servoJ proportional gain.', low=100.0, high=2000.0)
+    speed_scaling: float = option(0.25, 'Factor on every joint velocity sent to the robot, '
+                                  'reset moves included; keep it low for the first runs and '
+                                  'raise it to 1 once the set-up is trusted.',
+                                  low=0.0, high=1.0, low_open=True)
+    reset_speed: float = option(0.5, 'Joint speed of the moveJ back to home on reset (before '
+                                'speed_scaling).', unit='rad/s', low=0.0, high=3.14,
+                                low_open=True)
+    reset_acceleration: float = option(1.0, 'Joint acceleration of the reset moveJ.',
+                                       unit='rad/s^2', low=0.0, high=40.0, low_open=True)
+    watchdog_min_hz: float = option(10.0, 'ur_rtde watchdog: the controller stops the arm when '
+                                    'the worker writes less often than this.', unit='Hz',
+                                    low=1.0, high=500.0)
+    protective_stop_limit: int = option(3, 'Protective stops tolerated within '
+                                        'protective_stop_window_s; one more stops the worker '
+                                        'and asks for a person.', low=1, high=1000)
+    protective_stop_window_s: float = option(600.0, 'Window in which protective stops are '
+                                             'counted.', unit='s', low=1.0, high=1e6)
+    protective_stop_cooldown_s: float = option(5.5, 'Wait after a protective stop before the '
+                                               'unlock (UR controllers refuse it before 5 s).',
+                                               unit='s', low=0.0, high=600.0)
+    reconnect_initial_s: float = option(0.5, 'First wait before reconnecting after a lost link; '
+                                        'doubled after each failed attempt.', unit='s',
+                                        low=0.01, high=60.0)
+    reconnect_max_s: float = option(8.0, 'Longest wait between two reconnection attempts.',
+                                    unit='s', low=0.01, high=600.0)
+    reconnect_attempts: int = option(10, 'Failed reconnection attempts before the worker gives '
+                                     'up with an error.', low=1, high=10**6)
+    max_policy_lag: int = option(8, 'The arm holds still while its policy is more than this '
+                                 'many versions behind the learner.', unit='versions',
+                                 low=0, high=_INT32_MAX)
+    heartbeat_timeout_s: float = option(5.0, 'The arm holds still when no learner heartbeat '
+                                        'arrived for this long.', unit='s', low=0.1, high=3600.0)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Check that the reconnection backoff is ordered."""
+        if self.reconnect_initial_s > self.reconnect_max_s:
+            raise ConfigError(prefix + 'reconnect_initial_s', self.reconnect_initial_s,
+                              f'<= reconnect_max_s = {self.reconnect_max_s:g}', source)
+
+
+@dataclasses.dataclass
 class EnvWorkerConfig(Section):
     """Everything an environment worker needs (ROS node name: ``env_worker``)."""
 
-    backend: str = option('sim', 'Robot backend the worker steps.', choices=('sim',),
+    backend: str = option('sim', 'Robot backend the worker steps: sim (PyBullet) or ur5 (a '
+                          'physical UR5 through ur_rtde, see rtde.*).', choices=('sim', 'ur5'),
                           read_only=True)
     seed: int = option(0, 'Seed of the environment and of exploration noise.',
                        low=0, high=2**31 - 1)
     task: ReachTaskConfig = dataclasses.field(default_factory=ReachTaskConfig)
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
+    rtde: RTDEConfig = dataclasses.field(default_factory=RTDEConfig)
 
     def check(self, source: str | None, prefix: str) -> None:
-        """Targets must lie inside the safety box, or some would be unreachable by design."""
+        """
+        Check the cross-section rules.
+
+        Targets must lie inside the safety box (or some would be unreachable by design), and on
+        the real robot one RL step must last a whole number of controller periods.
+        """
+        if self.backend == 'ur5':
+            ratio = self.rtde.frequency / self.task.control_hz
+            if abs(ratio - round(ratio)) > 1e-9:
+                raise ConfigError(f'{prefix}task.control_hz', self.task.control_hz,
+                                  f'a divisor of rtde.frequency = {self.rtde.frequency:g} Hz',
+                                  source)
         margin = self.safety.workspace_margin
         for i, axis in enumerate('xyz'):
             lo = self.safety.workspace_low[i] + margin
@@ -426,6 +497,10 @@ class ReplayConfig(Section):
                                'the rest are returned with weight 0.', unit='rounds',
                                low=0, high=64)
     seed: int = option(0, 'Seed of the sampling random generator.', low=0, high=_INT32_MAX)
+    real_weight: float = option(1.0, 'Mixed fleet: sampling weight of a transition from a real '
+                                'robot relative to a simulated one (2 draws real data twice '
+                                'as often at equal priority; importance weights do not undo it).',
+                                low=0.0, high=1000.0, low_open=True)
 
 
 @dataclasses.dataclass

@@ -19,7 +19,9 @@ Transport-independent: the local runner's worker process and the ROS 2 worker no
 call :meth:`EnvWorker.step` in a loop, hand it new weights with :meth:`EnvWorker.load_policy`
 whenever their transport has some (never waiting for them), and ship the batches that
 :meth:`EnvWorker.step` returns. Every transition is stamped with the worker id and the
-``policy_version`` of the weights that chose its action.
+``policy_version`` of the weights that chose its action, and with its ``source`` (``'sim'``
+or ``'real'``, see :data:`async_rl_ros.core.replay.SOURCES`) so that a mixed fleet's replay
+can weight real-robot data.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 from async_rl_ros.core.learner import EpisodeTracker
 from async_rl_ros.core.networks import Actor
+from async_rl_ros.core.replay import SOURCES
 import numpy as np
 import torch
 
@@ -84,11 +87,15 @@ class EnvWorker:
     :param batch_size: transitions per batch handed to the transport.
     :param warmup_steps: steps of uniform random actions at the start.
     :param seed: seed of the environment and of warm-up actions.
+    :param source: ``'sim'`` or ``'real'``, stamped on every transition.
     """
 
     def __init__(self, worker_id: int, env: Any, policy: WorkerPolicy, batch_size: int = 64,
-                 warmup_steps: int = 0, seed: int = 0):
+                 warmup_steps: int = 0, seed: int = 0, source: str = 'sim'):
+        if source not in SOURCES:
+            raise ValueError(f'source = {source!r} is not allowed (one of {SOURCES})')
         self.worker_id = int(worker_id)
+        self.source = source
         self.env = env
         self.policy = policy
         self.batch_size = int(batch_size)
@@ -109,6 +116,7 @@ class EnvWorker:
             'truncated': np.zeros(n, bool),
             'policy_version': np.zeros(n, np.int64),
             'worker_id': np.full(n, self.worker_id, np.int32),
+            'source': np.full(n, SOURCES.index(source), np.int8),
         }
         self._fill = 0
         self._obs, _ = env.reset(seed=seed)

@@ -34,6 +34,9 @@ Three small parts, each with ``state_dict()`` / ``load_state_dict()``:
   ``beta_steps`` sample calls. A new transition (or one that overwrites a slot) gets
   ``N_i = 0`` and ``|TD_i| =`` the running maximum of every ``|TD|`` seen (initially 1), i.e.
   the largest priority any transition can have, so it is drawn soon.
+  Mixed fleets: a transition from a real robot (``source`` 1) is drawn with probability
+  proportional to ``real_weight * q_i`` instead of ``q_i``; its importance weight still uses
+  ``q_i``, so the preference for real data is kept, not corrected away.
   A :class:`SumTree` (sampling by prefix sums) and a :class:`MinTree` (``q_min``) keep
   sampling and updates at O(log n); both are updated and searched for a whole batch at once,
   one tree level per numpy operation.
@@ -65,6 +68,8 @@ import numpy as np
 __all__ = [
     'ReplayConfig',
     'FIELDS',
+    'SOURCES',
+    'OPTIONAL_FIELDS',
     'SumTree',
     'MinTree',
     'ReplayStorage',
@@ -82,7 +87,13 @@ FIELDS: dict[str, tuple[Any, str]] = {
     'truncated': (np.bool_, ''),
     'policy_version': (np.int64, ''),
     'worker_id': (np.int32, ''),
+    'source': (np.int8, ''),
 }
+#: Where a transition comes from (the ``source`` field holds the index): mixed fleets weight
+#: real-robot data with ``ReplayConfig.real_weight``.
+SOURCES = ('sim', 'real')
+#: Fields a batch may leave out, with the value they then take.
+OPTIONAL_FIELDS = {'source': SOURCES.index('sim')}
 _STALENESS = ('off', 'weight', 'skip')
 _INT_MAX = 2**31 - 1
 
@@ -304,6 +315,7 @@ class ReplayStorage:
     truncated: np.ndarray       # (capacity,) bool: cut by the time limit, bootstrap
     policy_version: np.ndarray  # (capacity,) int64: version of the policy that acted
     worker_id: np.ndarray       # (capacity,) int32: environment worker that collected it
+    source: np.ndarray          # (capacity,) int8: index in SOURCES (0 sim, 1 real)
     insert_id: np.ndarray       # (capacity,) int64: serial number, -1 for an empty slot
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int):
@@ -332,10 +344,12 @@ class ReplayStorage:
 
     def _columns(self, batch: Mapping[str, Any]) -> tuple[int, dict[str, np.ndarray]]:
         unknown = sorted(set(batch) - set(FIELDS))
-        missing = [name for name in FIELDS if name not in batch]
+        missing = [name for name in FIELDS if name not in batch and name not in OPTIONAL_FIELDS]
         if unknown or missing:
             raise KeyError(f'transition batch has unknown fields {unknown} and misses '
-                           f'{missing}; expected exactly {list(FIELDS)}')
+                           f'{missing}; expected {list(FIELDS)} (optional: '
+                           f'{list(OPTIONAL_FIELDS)})')
+        batch = {**{k: v for k, v in OPTIONAL_FIELDS.items() if k not in batch}, **batch}
         n = None
         for name in FIELDS:
             value = np.asarray(batch[name])
@@ -368,7 +382,8 @@ class ReplayStorage:
         Append transitions, overwriting the oldest ones once the ring is full.
 
         :param batch: every field of :data:`FIELDS` as an array with a leading batch
-            dimension ``n`` (``policy_version`` and ``worker_id`` may also be scalars).
+            dimension ``n`` (``policy_version``, ``worker_id`` and ``source`` may also be
+            scalars; ``source`` may be left out: simulated data).
         :returns: the slot each of the ``n`` transitions was written to, in order (int64). When
             ``n > capacity`` only the last ``capacity`` survive; the returned slots are those
             of a one-by-one insertion, so they repeat.
@@ -430,6 +445,10 @@ class ReplayStorage:
         size = int(state['size'])
         for name in list(FIELDS) + ['insert_id']:
             target = getattr(self, name)
+            if name in OPTIONAL_FIELDS and name not in state:  # saved before the field existed
+                target[:size] = OPTIONAL_FIELDS[name]
+                target[size:] = 0
+                continue
             value = np.asarray(state[name])
             if value.shape != (size,) + target.shape[1:]:
                 raise ValueError(f'saved field {name!r} has shape {value.shape}')
@@ -461,6 +480,7 @@ class CountAwarePrioritizedSampler:
         self._counts = np.zeros(self.capacity, dtype=np.int64)     # draws since insertion
         self._filled = np.zeros(self.capacity, dtype=bool)
         self._evicted = np.zeros(self.capacity, dtype=bool)        # staleness = skip
+        self._source = np.zeros(self.capacity, dtype=np.int8)      # index in SOURCES
         self._sum = SumTree(self.capacity)
         self._min = MinTree(self.capacity)
         self._max_td = 1.0
@@ -520,29 +540,44 @@ class CountAwarePrioritizedSampler:
         Return the probability that one draw picks each slot now.
 
         :param indices: slots.
-        :returns: ``q_i / sum_j q_j`` (0 for empty or evicted slots).
+        :returns: ``w_i q_i / sum_j w_j q_j`` with ``w`` the source weight (0 for empty or
+            evicted slots).
         """
         total = self._sum.total()
         q = self._sum.get(indices)
         return q / total if total > 0.0 else np.zeros_like(q)
+
+    def source_weight(self, indices: np.ndarray) -> np.ndarray:
+        """
+        Return the sampling factor of each slot's source (``real_weight`` for real data).
+
+        :param indices: slots.
+        :returns: float64 factors, 1 for simulated transitions.
+        """
+        real = self._source[np.asarray(indices, dtype=np.int64)] == SOURCES.index('real')
+        return np.where(real, self.cfg.real_weight, 1.0)
 
     def _refresh(self, idx: np.ndarray) -> None:
         q = self.priority(idx)
         if self.cfg.priority_exponent != 1.0:
             q = q ** self.cfg.priority_exponent
         live = self._filled[idx] & ~self._evicted[idx]
-        self._sum.update(idx, np.where(live, q, 0.0))
+        self._sum.update(idx, np.where(live, q * self.source_weight(idx), 0.0))
         self._min.update(idx, np.where(live, q, np.inf))
 
-    def on_insert(self, indices: np.ndarray) -> None:
+    def on_insert(self, indices: np.ndarray, sources: np.ndarray | None = None) -> None:
         """
         Register new transitions: count 0, TD term at the running maximum, not evicted.
 
         :param indices: slots just written (repeats allowed).
+        :param sources: index in :data:`SOURCES` of each (all simulated when omitted).
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        src = (np.zeros(idx.size, dtype=np.int8) if sources is None
+               else np.broadcast_to(np.asarray(sources, dtype=np.int8).reshape(-1), idx.shape))
         if idx.size > self.capacity:
-            idx = idx[-self.capacity:]
+            idx, src = idx[-self.capacity:], src[-self.capacity:]
+        self._source[idx] = src
         self._td[idx] = self._max_td
         self._counts[idx] = 0
         self._filled[idx] = True
@@ -628,9 +663,10 @@ class CountAwarePrioritizedSampler:
                 if stale.any():
                     self._evict(idx[stale])   # stale for good: out of every later draw
         total = self._sum.total()
-        q = self._sum.get(idx)
+        mass = self._sum.get(idx)
+        q = mass / self.source_weight(idx)
         q_min = self._min.minimum()
-        probabilities = q / total if total > 0.0 else np.zeros_like(q)
+        probabilities = mass / total if total > 0.0 else np.zeros_like(q)
         live = q > 0.0
         weights = np.zeros(batch_size, dtype=np.float64)
         weights[live] = (q[live] / q_min) ** -beta
@@ -663,7 +699,7 @@ class CountAwarePrioritizedSampler:
 
     def _priority_key(self) -> dict[str, float]:
         return {'alpha': self.cfg.alpha, 'priority_exponent': self.cfg.priority_exponent,
-                'eps': self.cfg.eps}
+                'eps': self.cfg.eps, 'real_weight': self.cfg.real_weight}
 
     def state_dict(self) -> dict[str, Any]:
         """
@@ -673,7 +709,8 @@ class CountAwarePrioritizedSampler:
         """
         return {'capacity': self.capacity, 'td': self._td.copy(),
                 'counts': self._counts.copy(), 'filled': self._filled.copy(),
-                'evicted': self._evicted.copy(), 'max_td': self._max_td,
+                'evicted': self._evicted.copy(), 'source': self._source.copy(),
+                'max_td': self._max_td,
                 'calls': self._calls, 'evictions': self._evictions,
                 'nonfinite_td': self._nonfinite_td, 'priority_key': self._priority_key(),
                 'sum_tree': self._sum.state_dict(), 'min_tree': self._min.state_dict(),
@@ -695,11 +732,13 @@ class CountAwarePrioritizedSampler:
         self._counts[:] = state['counts']
         self._filled[:] = state['filled']
         self._evicted[:] = state['evicted']
+        self._source[:] = state.get('source', 0)
         self._max_td = float(state['max_td'])
         self._calls = int(state['calls'])
         self._evictions = int(state['evictions'])
         self._nonfinite_td = int(state['nonfinite_td'])
-        if dict(state['priority_key']) == self._priority_key():
+        saved_key = {'real_weight': 1.0, **dict(state['priority_key'])}
+        if saved_key == self._priority_key():
             self._sum.load_state_dict(state['sum_tree'])
             self._min.load_state_dict(state['min_tree'])
         else:
@@ -715,7 +754,7 @@ class CountAwarePrioritizedSampler:
         if self.cfg.priority_exponent != 1.0:
             q = q ** self.cfg.priority_exponent
         live = self._filled & ~self._evicted
-        self._sum.set_leaves(np.where(live, q, 0.0))
+        self._sum.set_leaves(np.where(live, q * self.source_weight(all_idx), 0.0))
         self._min.set_leaves(np.where(live, q, np.inf))
 
 
@@ -757,7 +796,7 @@ class ReplayBuffer:
         """
         with self._lock:
             indices = self.storage.extend(batch)
-            self.sampler.on_insert(indices)
+            self.sampler.on_insert(indices, self.storage.source[indices])
         return indices
 
     def add(self, **transition: Any) -> int:

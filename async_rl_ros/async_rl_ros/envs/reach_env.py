@@ -17,6 +17,10 @@ Gymnasium environment of the UR5 reach task on any :class:`ArmBackend`.
 
 Action: normalized joint velocities in [-1, 1]^6; 1.0 means ``action_scale`` times the joint
 speed limit. Every command passes the :class:`SafetyFilter` before the backend sees it.
+
+A backend may set ``interrupted`` (a reason) when a step did not run as commanded (the real
+robot's supervisor recovered from a protective stop, a lost link, a stale state or held still
+for the policy gate): the episode is then truncated and ``info['interrupted']`` says why.
 """
 
 from __future__ import annotations
@@ -98,14 +102,18 @@ class UR5ReachEnv(gym.Env):
         request = [min(max(float(x), -1.0), 1.0) * s for x, s in zip(action, self.speed)]
         command = self.safety(self.state.q, request)
         self.state = self.backend.step(command)
+        interrupted = getattr(self.backend, 'interrupted', None)
         self.steps += 1
         distance = self.task.distance(self.state, self.target)
         reward = self.task.reward(distance, action)
         success = self.task.success(distance)
         terminated = bool(success and self.cfg.task.terminate_on_success)
-        truncated = self.steps >= self.cfg.task.max_episode_steps
+        truncated = self.steps >= self.cfg.task.max_episode_steps or interrupted is not None
         obs = self.task.observation(self.state, self.target)
-        return obs, reward, terminated, truncated, self._info(distance, self.safety.last_reasons)
+        info = self._info(distance, self.safety.last_reasons)
+        if interrupted is not None:
+            info['interrupted'] = interrupted
+        return obs, reward, terminated, truncated, info
 
     def render(self) -> np.ndarray | None:
         """Return an RGB frame in ``rgb_array`` mode; the GUI draws itself in ``human`` mode."""
@@ -138,7 +146,10 @@ def _make_backend(cfg: EnvWorkerConfig, render_mode: str | None) -> ArmBackend:
         sim = SimConfig(physics_hz=cfg.sim.physics_hz,
                         gui=cfg.sim.gui or render_mode == 'human')
         return PyBulletUR5(sim, cfg.task.dt)
-    raise ConfigError('backend', cfg.backend, 'sim')
+    if cfg.backend == 'ur5':
+        from async_rl_ros.envs.ur5_rtde import UR5RTDE
+        return UR5RTDE(cfg)
+    raise ConfigError('backend', cfg.backend, 'sim or ur5')
 
 
 def make_reach_env(cfg: EnvWorkerConfig | None = None, render_mode: str | None = None,

@@ -51,7 +51,8 @@ import time
 from typing import Any, Callable
 
 from async_rl_ros.core.codec import CodecError, WeightDecoder
-from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
+                                      LocalRunnerConfig)
 from async_rl_ros.core.double_buffer import DoubleBuffer
 from async_rl_ros.core.learner import Learner
 from async_rl_ros.core.publisher import PolicyPublisher
@@ -93,7 +94,8 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     torch.set_num_threads(1)
     env = UR5ReachEnv(EnvWorkerConfig.from_flat(env_flat))
     worker = EnvWorker(worker_id, env, WorkerPolicy(OBS_DIM, ACT_DIM, hidden, seed),
-                       batch_size=batch, warmup_steps=warmup, seed=seed)
+                       batch_size=batch, warmup_steps=warmup, seed=seed,
+                       source='real' if env_flat['backend'] == 'ur5' else 'sim')
     board = WeightBoard(board_name)
     decoder = WeightDecoder()
     dropped = 0
@@ -150,6 +152,9 @@ class LocalRunner:
     def __init__(self, env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner: LocalRunnerConfig):
         self.env_cfg, self.cfg, self.rcfg = env_cfg, cfg, runner
         self.num_workers = runner.num_workers or default_num_workers()
+        if env_cfg.backend == 'ur5' and self.num_workers != 1:
+            raise ConfigError('local_runner.num_workers', runner.num_workers,
+                              'exactly 1 with backend ur5 (one worker drives one physical arm)')
         self.sync = runner.mode == 'sync'
         self.learner = Learner(cfg, OBS_DIM, ACT_DIM)
         self.publisher = PolicyPublisher(self.learner, runner.parameter_server, runner.codec)
@@ -182,8 +187,8 @@ class LocalRunner:
     # ------------------------------------------------------------------ plumbing
     def _preprocess(self, message: tuple) -> tuple | None:
         transitions, episodes, stats = message
-        if set(transitions) != {'obs', 'action', 'reward', 'next_obs', 'terminated',
-                                'truncated', 'policy_version', 'worker_id'}:
+        if set(transitions) - {'source'} != {'obs', 'action', 'reward', 'next_obs', 'terminated',
+                                             'truncated', 'policy_version', 'worker_id'}:
             return None
         return transitions, episodes, stats
 

@@ -1,0 +1,97 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""async-rl-preflight against the controller double: a passing and several failing set-ups."""
+
+from async_rl_ros.envs import preflight
+import pytest
+
+pytest.importorskip('rtde_receive', reason='needs ur-rtde==1.6.5 (requirements.txt)')
+
+from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
+
+
+def rows(text):
+    """Map check name -> (status, detail) from the printed table."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith('RESULT:'):
+            continue
+        for status in (' PASS ', ' WARN ', ' FAIL '):
+            if status in line:
+                name, detail = line.split(status, 1)
+                out[name.strip()] = (status.strip(), detail.strip())
+    return out
+
+
+def test_passes_against_a_healthy_e_series(capsys):
+    double = DoubleProcess('127.0.0.32')
+    try:
+        code = preflight.main(['--robot-ip', double.ip])
+    finally:
+        double.close()
+    text = capsys.readouterr().out
+    table = rows(text)
+    assert code == 0, text
+    assert set(table) == {'reachability', 'controller version', 'RTDE frequency', 'robot mode',
+                          'safety status', 'program state', 'remote control',
+                          'round-trip latency', 'real-time scheduling'}
+    assert all(status in ('PASS', 'WARN') for status, _ in table.values()), text
+    assert table['controller version'] == ('PASS', '5.15.1.0 (e-Series)')
+    assert table['RTDE frequency'][1].endswith('500 Hz requested')
+    assert table['remote control'][0] == 'PASS'
+    assert 'RESULT: PASS' in text
+
+
+def test_cb3_needs_125_hz_and_a_stop_or_local_control_fails(capsys):
+    double = DoubleProcess('127.0.0.33', series='cb3')
+    try:
+        assert preflight.main(['--robot-ip', double.ip]) == 1   # default rtde.frequency 500
+        table = rows(capsys.readouterr().out)
+        assert table['controller version'][0] == 'FAIL'
+        assert 'set rtde.frequency to 125' in table['controller version'][1]
+        assert preflight.main(['--robot-ip', double.ip, '--frequency', '125']) == 0
+        table = rows(capsys.readouterr().out)
+        assert table['remote control'] == ('PASS', 'not needed on a CB3')
+        double.call('protective_stop')
+        assert preflight.main(['--robot-ip', double.ip, '--frequency', '125']) == 1
+        table = rows(capsys.readouterr().out)
+        assert table['safety status'][0] == 'FAIL'
+        assert table['safety status'][1].startswith('PROTECTIVE_STOP (protective_stopped)')
+    finally:
+        double.close()
+
+
+def test_local_control_and_slow_answers_fail(capsys):
+    double = DoubleProcess('127.0.0.34', not_remote=True)
+    try:
+        double.call('slow', 0.08)
+        assert preflight.main(['--robot-ip', double.ip, '--max-latency-ms', '40']) == 1
+    finally:
+        double.close()
+    text = capsys.readouterr().out
+    table = rows(text)
+    assert table['remote control'][0] == 'FAIL'
+    assert 'switch the teach pendant to Remote Control' in table['remote control'][1]
+    assert table['round-trip latency'][0] == 'FAIL'
+    assert table['controller version'][0] == 'PASS'
+    assert 'RESULT: FAIL (9 checks, 2 failed' in text
+
+
+def test_nothing_listening_fails_reachability(capsys):
+    assert preflight.main(['--robot-ip', '127.0.0.35']) == 1
+    table = rows(capsys.readouterr().out)
+    assert table['reachability'][0] == 'FAIL'
+    assert 'Connection refused' in table['reachability'][1]
+    assert table['robot mode'] == ('FAIL', 'skipped: controller not reachable')
