@@ -185,7 +185,7 @@ def test_transition_batches_round_trip_through_every_field(msgs):
     unset = set(msgs.TransitionBatch.FIELDS) - msg._assigned
     assert unset == {'header'}, unset  # the header's fields are set in place
     back = conversions.msg_to_batch(msg, obs_dim=21, act_dim=6)
-    assert back.pop('source') == 'real'
+    assert back.pop('source').tolist() == [1] * len(batch['reward'])  # index of 'real'
     assert set(back) == set(conversions.TRANSITION_KEYS)
     for key, value in batch.items():
         np.testing.assert_array_equal(back[key], value, err_msg=key)

@@ -293,6 +293,42 @@ def test_policy_gate_holds_the_arm_still(run):
     run.assert_safe()
 
 
+@pytest.mark.parametrize('run', [{'ip': '127.0.0.38', 'gate': PolicyGate(2, 60.0)}],
+                         indirect=True)
+def test_interrupt_ends_a_step_held_by_the_gate_and_the_arm_stays_still(run):
+    """What a lifecycle deactivate does while the gate holds the arm (the node's _halt)."""
+    gate = run.backend.gate
+    gate.heartbeat(learner_version=5)
+    gate.policy_loaded(5)
+    run.reset()
+    drive(run, 3)
+    gate.heartbeat(learner_version=9)    # closed: 4 versions behind
+    errors = []
+
+    def step():
+        try:
+            run.step()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    stepper = threading.Thread(target=step)
+    stepper.start()
+    held = run.double.wait_for(lambda s: s['speed'] == 0.0, timeout=5.0)
+    run.backend.interrupt()
+    stepper.join(5.0)
+    assert not stepper.is_alive() and errors and 'interrupted' in errors[0]
+    time.sleep(0.2)
+    state = run.double.state()
+    assert state['speed'] == 0.0
+    np.testing.assert_allclose(state['q'], held['q'], atol=1e-12)
+    run.backend.resume()                 # activate again, with a fresh policy
+    gate.policy_loaded(9)
+    run.reset()
+    drive(run, 2)
+    assert run.moving()
+    run.assert_safe()
+
+
 @pytest.mark.parametrize('run', [{'ip': '127.0.0.28'}], indirect=True)
 def test_a_stalled_worker_is_stopped_by_the_watchdog_then_restarts(run):
     run.reset()

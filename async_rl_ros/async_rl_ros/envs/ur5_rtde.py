@@ -117,6 +117,7 @@ class UR5RTDE:
         self.events: list[tuple[float, str, str]] = []  #: (time, kind, detail) of each fault
         self.halted = False
         self._closing = threading.Event()
+        self._interrupted = threading.Event()  # set by interrupt(): stop holding, return
         self._lock = threading.RLock()
         self._sleep = sleep or self._interruptible_sleep
         self._control_mod, self._receive_mod, self._dashboard_mod = import_ur_rtde()
@@ -249,6 +250,19 @@ class UR5RTDE:
         """Bring the arm to a standstill (``speedStop``/``servoStop``)."""
         with self._lock:
             self._stop_motion()
+
+    def interrupt(self) -> None:
+        """
+        Make a step that is holding still (policy gate, cool-down) raise at once; any thread.
+
+        For a transport that stops stepping (lifecycle deactivate) while the arm may be held
+        by the gate; the arm stays stopped, the connection stays up. :meth:`resume` clears it.
+        """
+        self._interrupted.set()
+
+    def resume(self) -> None:
+        """Let steps hold and wait again after :meth:`interrupt`."""
+        self._interrupted.clear()
 
     def close(self) -> None:
         """``speedStop``, ``stopScript`` and disconnect; safe to call twice, from any thread."""
@@ -529,12 +543,14 @@ class UR5RTDE:
         _LOG.warning('holding still: %s', first)
         self._stop_motion()
         while gate.wait_open(0.05) is not None:
-            if self._closing.is_set():
-                raise RuntimeError('the ur5 backend was closed while holding')
+            if self._closing.is_set() or self._interrupted.is_set():
+                raise RuntimeError('the ur5 backend was closed or interrupted while holding')
             self.control.kickWatchdog()
             self._ensure_ready()
         return 'policy gate: ' + first
 
     def _interruptible_sleep(self, seconds: float) -> None:
-        if seconds > 0.0 and self._closing.wait(seconds):
-            raise RuntimeError('the ur5 backend was closed')
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0.0:
+            if self._closing.wait(min(left, 0.05)) or self._interrupted.is_set():
+                raise RuntimeError('the ur5 backend was closed or interrupted')

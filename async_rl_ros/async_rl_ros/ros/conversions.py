@@ -35,6 +35,7 @@ import math
 from typing import Any, Mapping
 
 from async_rl_ros.core.codec import CodecError, QuantizedTensor, WeightPacket
+from async_rl_ros.core.replay import SOURCES as REPLAY_SOURCES
 from async_rl_ros.core.sharded_weights import ShardPacket
 import numpy as np
 
@@ -45,8 +46,8 @@ __all__ = ['TRANSITION_KEYS', 'SOURCES', 'batch_to_msg', 'msg_to_batch', 'tensor
 #: Keys of a transition batch as ``EnvWorker.step`` returns and ``Learner.ingest`` takes it.
 TRANSITION_KEYS = ('obs', 'action', 'reward', 'next_obs', 'terminated', 'truncated',
                    'policy_version', 'worker_id')
-#: Allowed values of ``TransitionBatch.source``.
-SOURCES = ('sim', 'real')
+#: Allowed values of ``TransitionBatch.source`` (the index is the replay's ``source`` field).
+SOURCES = REPLAY_SOURCES
 _MAX_DIM = 1 << 20  # widest observation / action accepted from the wire
 
 
@@ -120,7 +121,8 @@ def msg_to_batch(msg: Any, obs_dim: int | None = None, act_dim: int | None = Non
     :param obs_dim: expected observation width (checked when given).
     :param act_dim: expected action width (checked when given).
     :returns: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ``truncated``,
-        ``policy_version``, ``worker_id`` (and ``source``, a string).
+        ``policy_version``, ``worker_id`` and ``source`` (int8 index in ``SOURCES``, the
+        replay's field; the message's string stays in ``msg.source``).
     :raises CodecError: ``'shape'`` when counts and dimensions do not fit the arrays or the
         expected widths, ``'format'`` for an unknown source.
     """
@@ -146,7 +148,7 @@ def msg_to_batch(msg: Any, obs_dim: int | None = None, act_dim: int | None = Non
         'truncated': _view(msg.truncated, np.uint8).astype(bool),
         'policy_version': _view(msg.policy_version, np.int64).copy(),
         'worker_id': np.full(n, int(msg.worker_id), np.int32),
-        'source': msg.source,
+        'source': np.full(n, SOURCES.index(msg.source), np.int8),
     }
 
 

@@ -54,14 +54,17 @@ from rclpy.timer import Timer
 __all__ = ['EnvWorkerNode', 'main']
 
 PACE_SLEEP_S = 0.002  # s a paced worker idles before looking again
+STEP_RETRY_S = 1.0     # s between retries after a step failed (the arm is stopped meanwhile)
+MAX_STEP_FAILURES = 5  # failed steps within STEP_FAILURE_WINDOW_S before the worker gives up
+STEP_FAILURE_WINDOW_S = 60.0
 
 
-def _stop_arm(env: Any) -> None:
-    """Bring the arm to rest: the backend's ``stop`` when it has one (a real arm does)."""
+def _backend_call(env: Any, name: str) -> None:
+    """Call the backend's ``name`` (``stop``, ``interrupt``, ``resume``) when it has one."""
     backend = getattr(getattr(env, 'unwrapped', env), 'backend', None)
-    stop = getattr(backend, 'stop', None)
-    if callable(stop):
-        stop()
+    method = getattr(backend, name, None)
+    if callable(method):
+        method()
 
 
 class EnvWorkerNode(LifecycleNode):
@@ -89,6 +92,7 @@ class EnvWorkerNode(LifecycleNode):
         self.worker: EnvWorker | None = None
         self.assembler = ShardAssembler()
         self.pacer = WorkerPacer()
+        self.gate = None  # PolicyGate of a real arm (backend ur5), fed from the subscriptions
         self.rejected: collections.Counter[str] = collections.Counter()
         self._pending: dict[int, PolicyWeights] = {}
         self._pending_lock = threading.Lock()
@@ -104,10 +108,16 @@ class EnvWorkerNode(LifecycleNode):
     # ------------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Build (connect) the environment, the worker and the topics."""
-        from async_rl_ros.envs.reach_env import make_reach_env
+        from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
 
         try:
-            self.env = make_reach_env(self.cfg)
+            if self.cfg.backend == 'ur5':
+                from async_rl_ros.envs.rtde_supervisor import PolicyGate
+                from async_rl_ros.envs.ur5_rtde import UR5RTDE
+                self.gate = PolicyGate.from_config(self.cfg.rtde)
+                self.env = UR5ReachEnv(self.cfg, backend=UR5RTDE(self.cfg, gate=self.gate))
+            else:
+                self.env = make_reach_env(self.cfg)
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return TransitionCallbackReturn.FAILURE
@@ -117,7 +127,7 @@ class EnvWorkerNode(LifecycleNode):
         self.worker = EnvWorker(self.worker_id, self.env,
                                 WorkerPolicy(obs_dim, act_dim, self.hidden, seed),
                                 batch_size=self.transport.transition_batch,
-                                warmup_steps=self.warmup_steps, seed=seed)
+                                warmup_steps=self.warmup_steps, seed=seed, source=self.source)
         self.transitions_pub = self.create_publisher(TransitionBatch, topics.TRANSITIONS,
                                                      qos.TRANSITIONS)
         self.status_pub = self.create_publisher(WorkerStatus, topics.WORKER_STATUS, qos.STATUS)
@@ -125,9 +135,9 @@ class EnvWorkerNode(LifecycleNode):
         for shard in range(self.transport.parameter_server.num_shards):
             self._entities.append(self.create_subscription(
                 PolicyWeights, topics.weights_topic(shard), self._on_weights, qos.WEIGHTS))
-        if self.source == 'sim':  # a real arm runs in real time: never paced
-            self._entities.append(self.create_subscription(
-                TrainingStats, topics.TRAINING_STATS, self._on_stats, qos.METRICS))
+        # Learner stats pace a simulated worker and are the heartbeat of a real arm's gate.
+        self._entities.append(self.create_subscription(
+            TrainingStats, topics.TRAINING_STATS, self._on_stats, qos.METRICS))
         self._entities.append(self.create_timer(1.0 / self.transport.diagnostics_hz,
                                                 self._publish_status))
         self._label = 'inactive'
@@ -137,6 +147,7 @@ class EnvWorkerNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start stepping."""
         self._stop.clear()
+        _backend_call(self.env, 'resume')
         self._thread = threading.Thread(target=self._run, name='env_worker', daemon=True)
         self._thread.start()
         self._label = 'active'
@@ -172,14 +183,13 @@ class EnvWorkerNode(LifecycleNode):
 
     def _halt(self) -> None:
         self._stop.set()
+        if self.env is not None:
+            _backend_call(self.env, 'interrupt')  # a step held by the policy gate returns
         if self._thread is not None:
             self._thread.join(timeout=10.0)
             self._thread = None
         if self.env is not None:
-            try:
-                _stop_arm(self.env)
-            except Exception as exc:  # noqa: B902 -- log, the caller still releases
-                self.get_logger().error(f'stopping the arm failed: {exc}')
+            self._stop_arm()
 
     def _release(self) -> None:
         for entity in self._entities:
@@ -202,7 +212,9 @@ class EnvWorkerNode(LifecycleNode):
 
     def _on_stats(self, msg: TrainingStats) -> None:
         worker = self.worker
-        if worker is not None:  # only record: the stepping thread decides
+        if self.gate is not None:  # only record: the stepping thread / gate decide
+            self.gate.heartbeat(int(msg.policy_version))
+        elif worker is not None:  # a real arm runs in real time: never paced
             self.pacer.report(msg.env_steps, msg.env_steps_wanted, worker.steps)
 
     def _install_weights(self) -> None:
@@ -213,10 +225,12 @@ class EnvWorkerNode(LifecycleNode):
                 packet = msg_to_shard_packet(msg)
             except CodecError as exc:
                 self.rejected[exc.reason] += 1
+                self._crc_check(exc)
                 continue
             try:
                 state = self.assembler.add(packet)
-            except CodecError:
+            except CodecError as exc:
+                self._crc_check(exc)
                 continue  # counted by the assembler; keep acting with the last good policy
             if state is not None:
                 try:
@@ -225,8 +239,57 @@ class EnvWorkerNode(LifecycleNode):
                     self.rejected['shape'] += 1
                     self.get_logger().error(f'weights do not fit the policy: {exc}',
                                             throttle_duration_sec=10.0)
+                    continue
+                if self.gate is not None:
+                    self.gate.policy_loaded(self.worker.policy.version)
+
+    def _crc_check(self, exc: CodecError) -> None:
+        if exc.reason == 'crc' and self.gate is not None:
+            self.gate.crc_failure()  # a real arm holds still until good weights arrive
 
     def _run(self) -> None:
+        """
+        Step until deactivated; a failed step stops the arm and is retried a few times.
+
+        The backend recovers what it can on the next step (a real arm: reconnect, restart
+        the control script, re-read the state); :class:`NeedsPerson` is never retried.
+        """
+        from async_rl_ros.envs.rtde_supervisor import NeedsPerson
+
+        failures: collections.deque[float] = collections.deque()
+        while not self._stop.is_set():
+            try:
+                self._step_until_stopped()
+            except NeedsPerson as exc:
+                self._label = 'halted: needs a person'
+                self.get_logger().fatal(f'worker {self.worker_id} halted; a person must check '
+                                        f'the arm before restarting this node: {exc}')
+            except Exception as exc:  # noqa: B902 -- a step failed: stop the arm, retry
+                if self._stop.is_set():
+                    break  # a step interrupted by deactivate: expected
+                now = time.monotonic()
+                failures.append(now)
+                while failures[0] < now - STEP_FAILURE_WINDOW_S:
+                    failures.popleft()
+                self.get_logger().error(f'worker {self.worker_id}: step failed ({exc!r}), '
+                                        f'{len(failures)} in {STEP_FAILURE_WINDOW_S:.0f} s')
+                self._stop_arm()
+                if len(failures) < MAX_STEP_FAILURES:
+                    self._stop.wait(STEP_RETRY_S)
+                    continue
+                self._label = 'error'
+                self.get_logger().error(f'worker {self.worker_id} stopped stepping after '
+                                        f'{len(failures)} failed steps')
+            break
+        self._stop_arm()
+
+    def _stop_arm(self) -> None:
+        try:
+            _backend_call(self.env, 'stop')
+        except Exception as exc:  # noqa: B902 -- report; the watchdog still stops the arm
+            self.get_logger().error(f'stopping the arm failed: {exc}')
+
+    def _step_until_stopped(self) -> None:
         worker = self.worker
         while not self._stop.is_set():
             self._install_weights()

@@ -152,8 +152,7 @@ class LearnerNode(Node):
         rejected: dict[str, int] = {}
         stored = 0
         for batch in read_transition_bag(path, self.obs_dim, self.act_dim, rejected=rejected):
-            batch.pop('source')
-            stored += self.learner.ingest(batch)
+            stored += self.learner.ingest(batch)  # with its source: real data can weigh more
         self.get_logger().info(f'warm start: {stored} transitions from {path} '
                                f'({sum(rejected.values())} batches rejected)')
 
@@ -173,7 +172,7 @@ class LearnerNode(Node):
             with self._lock:
                 self.ingest_rejected[exc.reason] += 1
             return None
-        return batch, int(msg.worker_id), batch.pop('source')
+        return batch, int(msg.worker_id), msg.source
 
     # ------------------------------------------------------------------ training thread
     def _train(self) -> None:
