@@ -40,7 +40,7 @@ from async_rl_ros.core.env_worker import EnvWorker, WorkerPacer, WorkerPolicy
 from async_rl_ros.core.sharded_weights import ShardAssembler
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
-from async_rl_ros.ros.node_utils import run_node
+from async_rl_ros.ros.node_utils import backend_call, build_env, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import (PolicyWeights, TrainingStats, TransitionBatch,
                                          WorkerStatus)
@@ -57,14 +57,6 @@ PACE_SLEEP_S = 0.002  # s a paced worker idles before looking again
 STEP_RETRY_S = 1.0     # s between retries after a step failed (the arm is stopped meanwhile)
 MAX_STEP_FAILURES = 5  # failed steps within STEP_FAILURE_WINDOW_S before the worker gives up
 STEP_FAILURE_WINDOW_S = 60.0
-
-
-def _backend_call(env: Any, name: str) -> None:
-    """Call the backend's ``name`` (``stop``, ``interrupt``, ``resume``) when it has one."""
-    backend = getattr(getattr(env, 'unwrapped', env), 'backend', None)
-    method = getattr(backend, name, None)
-    if callable(method):
-        method()
 
 
 class EnvWorkerNode(LifecycleNode):
@@ -108,16 +100,11 @@ class EnvWorkerNode(LifecycleNode):
     # ------------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Build (connect) the environment, the worker and the topics."""
-        from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
-
         try:
             if self.cfg.backend == 'ur5':
                 from async_rl_ros.envs.rtde_supervisor import PolicyGate
-                from async_rl_ros.envs.ur5_rtde import UR5RTDE
                 self.gate = PolicyGate.from_config(self.cfg.rtde)
-                self.env = UR5ReachEnv(self.cfg, backend=UR5RTDE(self.cfg, gate=self.gate))
-            else:
-                self.env = make_reach_env(self.cfg)
+            self.env = build_env(self.cfg, self.gate)
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return TransitionCallbackReturn.FAILURE
@@ -147,7 +134,7 @@ class EnvWorkerNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start stepping."""
         self._stop.clear()
-        _backend_call(self.env, 'resume')
+        backend_call(self.env, 'resume')
         self._thread = threading.Thread(target=self._run, name='env_worker', daemon=True)
         self._thread.start()
         self._label = 'active'
@@ -184,7 +171,7 @@ class EnvWorkerNode(LifecycleNode):
     def _halt(self) -> None:
         self._stop.set()
         if self.env is not None:
-            _backend_call(self.env, 'interrupt')  # a step held by the policy gate returns
+            backend_call(self.env, 'interrupt')  # a step held by the policy gate returns
         if self._thread is not None:
             self._thread.join(timeout=10.0)
             self._thread = None
@@ -285,7 +272,7 @@ class EnvWorkerNode(LifecycleNode):
 
     def _stop_arm(self) -> None:
         try:
-            _backend_call(self.env, 'stop')
+            backend_call(self.env, 'stop')
         except Exception as exc:  # noqa: B902 -- report; the watchdog still stops the arm
             self.get_logger().error(f'stopping the arm failed: {exc}')
 

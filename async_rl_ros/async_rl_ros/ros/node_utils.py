@@ -12,19 +12,42 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Shared pieces of the nodes: the ``main`` skeleton and time stamps."""
+"""Shared pieces of the nodes: the ``main`` skeleton, building and stopping the arm."""
 
 from __future__ import annotations
 
 import signal
 import sys
-from typing import Callable
+from typing import Any, Callable
 
-from async_rl_ros.core.config import ConfigError
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
-__all__ = ['run_node']
+__all__ = ['run_node', 'build_env', 'backend_call']
+
+
+def build_env(cfg: EnvWorkerConfig, gate: Any = None) -> Any:
+    """
+    Build (connect) the reach environment of ``cfg.backend``; a real arm gets ``gate``.
+
+    :param cfg: the ``env_worker`` section.
+    :param gate: :class:`~async_rl_ros.envs.rtde_supervisor.PolicyGate` the node feeds
+        (backend ``ur5``; ``None`` lets every command through, e.g. a fixed policy).
+    """
+    from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
+    if cfg.backend == 'ur5':
+        from async_rl_ros.envs.ur5_rtde import UR5RTDE
+        return UR5ReachEnv(cfg, backend=UR5RTDE(cfg, gate=gate))
+    return make_reach_env(cfg)
+
+
+def backend_call(env: Any, name: str) -> None:
+    """Call the arm backend's ``name`` (``stop``, ``interrupt``, ``resume``) if it has one."""
+    backend = getattr(getattr(env, 'unwrapped', env), 'backend', None)
+    method = getattr(backend, name, None)
+    if callable(method):
+        method()
 
 
 def run_node(factory: Callable[[], object], args: list[str] | None = None) -> int:

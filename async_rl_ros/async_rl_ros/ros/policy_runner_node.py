@@ -31,8 +31,7 @@ from typing import Any
 from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.learner import EpisodeTracker
 from async_rl_ros.ros import qos, topics
-from async_rl_ros.ros.env_worker_node import _stop_arm
-from async_rl_ros.ros.node_utils import run_node
+from async_rl_ros.ros.node_utils import backend_call, build_env, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import WorkerStatus
 import numpy as np
@@ -74,15 +73,13 @@ class PolicyRunnerNode(LifecycleNode):
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Load the policy and build (connect) the environment."""
-        from async_rl_ros.envs.reach_env import make_reach_env
-
         try:
             self.policy = torch.jit.load(self.policy_path, map_location='cpu').eval()
         except (OSError, RuntimeError, ValueError) as exc:
             self.get_logger().error(f'cannot load the policy {self.policy_path}: {exc}')
             return TransitionCallbackReturn.FAILURE
         try:
-            self.env = make_reach_env(self.cfg)
+            self.env = build_env(self.cfg)  # a fixed policy: no gate
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return TransitionCallbackReturn.FAILURE
@@ -93,6 +90,7 @@ class PolicyRunnerNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start the episodes."""
         self._stop.clear()
+        backend_call(self.env, 'resume')
         self._thread = threading.Thread(target=self._run, name='policy_runner', daemon=True)
         self._thread.start()
         self._label = 'active'
@@ -122,11 +120,13 @@ class PolicyRunnerNode(LifecycleNode):
 
     def _halt(self) -> None:
         self._stop.set()
+        if self.env is not None:
+            backend_call(self.env, 'interrupt')  # a step waiting (e.g. a cool-down) returns
         if self._thread is not None:
             self._thread.join(timeout=10.0)
             self._thread = None
         if self.env is not None:
-            _stop_arm(self.env)
+            backend_call(self.env, 'stop')
 
     def _release(self) -> None:
         if self._timer is not None:
@@ -142,6 +142,16 @@ class PolicyRunnerNode(LifecycleNode):
         return self.policy(x)[0].numpy()
 
     def _run(self) -> None:
+        try:
+            self._episodes_until_stopped()
+        except Exception as exc:  # noqa: B902 -- NeedsPerson included: stop, report, no retry
+            if not self._stop.is_set():
+                self._label = 'error'
+                self.get_logger().error(f'policy runner stopped: {exc!r}')
+        finally:
+            backend_call(self.env, 'stop')
+
+    def _episodes_until_stopped(self) -> None:
         env = self.env
         obs, _ = env.reset(seed=self.cfg.seed)
         while not self._stop.is_set():
@@ -151,7 +161,7 @@ class PolicyRunnerNode(LifecycleNode):
             self.tracker.step(reward, done, info, emit=self._record)
             if done:
                 if self.episodes_wanted and len(self.tracker.returns) >= self.episodes_wanted:
-                    _stop_arm(env)
+                    backend_call(env, 'stop')
                     self.get_logger().info(
                         f'{len(self.tracker.returns)} episodes, success rate '
                         f'{self.tracker.success_rate:.2f}')
