@@ -151,6 +151,9 @@ def main() -> None:
                                         args.snapshot_s), ours),
             ('sb3', lambda: run_sb3(args.budget_s, args.snapshot_s), lambda p: p)):
         results[name] = time_to(train(), args.threshold, args.episodes, act_of)
+        seconds, curve = results[name]  # as it comes: a later setting may fail
+        print(f'{name}: {"not reached" if seconds is None else f"{seconds:.0f} s"}  '
+              + ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve), flush=True)
 
     print(f'\nTime to {100 * args.threshold:.0f} % success (deterministic policy, '
           f'{args.episodes} episodes per snapshot), budget {args.budget_s:.0f} s per setting, '
