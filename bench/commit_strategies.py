@@ -40,7 +40,7 @@ def _learner(seed: int):
     import torch
 
     from async_rl_ros.core.config import LearnerConfig
-    from async_rl_ros.core.learner import Learner
+    from async_rl_ros.core.learning.learner import Learner
 
     torch.set_num_threads(1)
     cfg = LearnerConfig().replace(**{'seed': seed, 'batch.initial_batch': 256,
@@ -61,7 +61,7 @@ def _learner(seed: int):
 def measure(commit_every: int | None, steps: int, seed: int = 0) -> dict[str, float]:
     """Return seconds per optimizer step and bytes published for one setting."""
     from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
-    from async_rl_ros.core.publisher import PolicyPublisher
+    from async_rl_ros.core.weights.publisher import PolicyPublisher
     from async_rl_ros.local.weight_board import WeightBoard
 
     learner = _learner(seed)

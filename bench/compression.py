@@ -50,8 +50,8 @@ import json
 import statistics
 import time
 
-from async_rl_ros.core.codec import CodecConfig, CodecError, WeightDecoder, WeightEncoder
-from async_rl_ros.core.networks import Actor, PolicyForExport
+from async_rl_ros.core.learning.networks import Actor, PolicyForExport
+from async_rl_ros.core.weights.codec import CodecConfig, CodecError, WeightDecoder, WeightEncoder
 import numpy as np
 import torch
 

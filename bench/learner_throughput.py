@@ -18,7 +18,7 @@ Measure SAC learner throughput: ``SAC.update()`` calls per second at several bat
 The networks are those of the reach task (observation 21, action 6, hidden 256x2). Column
 ``update`` times updates on a synthetic batch already on the device (no replay sampling).
 Column ``sample+update`` also draws each batch from a filled prioritized
-``async_rl_ros.core.replay.ReplayBuffer``, moves it to the device and writes the priorities
+``async_rl_ros.core.learning.replay.ReplayBuffer``, moves it to the device and writes the priorities
 back, i.e. the learner's whole inner loop; it is left out when that module cannot be used.
 
 The last line printed is one JSON object, ``{"updates_per_s_b256": ..., ...}``.
@@ -39,7 +39,7 @@ import json
 import time
 from typing import Callable
 
-from async_rl_ros.core import sac as sac_lib
+from async_rl_ros.core.learning import sac as sac_lib
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def make_replay(capacity: int) -> object | None:
     :returns: the buffer, or ``None`` (with a note) when the replay module is unusable.
     """
     try:
-        from async_rl_ros.core.replay import ReplayBuffer, ReplayConfig
+        from async_rl_ros.core.learning.replay import ReplayBuffer, ReplayConfig
         replay = ReplayBuffer(ReplayConfig.from_flat({'capacity': capacity}), OBS_DIM, ACT_DIM)
         rng = np.random.default_rng(0)
         chunk = min(capacity, 50_000)

@@ -20,7 +20,7 @@ Needs rclpy and the built ``async_rl_ros_interfaces`` (source the workspace firs
 * Transitions: a worker-like process publishes ``TransitionBatch`` messages of 1, 64 and 256
   transitions as fast as it can (QoS ``TRANSITIONS``); this process runs the learner node's
   ingest path -- the subscription only puts messages into the
-  :class:`~async_rl_ros.core.double_buffer.DoubleBuffer`, whose thread converts them with
+  :class:`~async_rl_ros.core.transport.double_buffer.DoubleBuffer`, whose thread converts them with
   ``msg_to_batch`` (dimension checks included) -- and counts the transitions that come out
   ready for ``Learner.ingest``.
 * Weights: a shard-like process publishes ``PolicyWeights`` of the reach task's actor (int8,
@@ -90,8 +90,8 @@ def _publish_weights(count: int, rate_hz: float) -> None:
     import rclpy
 
     from async_rl_ros.core.config import ParameterServerConfig
-    from async_rl_ros.core.networks import Actor
-    from async_rl_ros.core.sharded_weights import ShardedCommitter, ShardReplica
+    from async_rl_ros.core.learning.networks import Actor
+    from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
     from async_rl_ros.ros import qos
     from async_rl_ros.ros.conversions import shard_packet_to_msg
     from async_rl_ros_interfaces.msg import PolicyWeights
@@ -134,7 +134,7 @@ def bench_transitions(batch_size: int, seconds: float) -> float:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from async_rl_ros.core.double_buffer import DoubleBuffer
+    from async_rl_ros.core.transport.double_buffer import DoubleBuffer
     from async_rl_ros.ros import qos
     from async_rl_ros.ros.conversions import msg_to_batch
     from async_rl_ros_interfaces.msg import TransitionBatch
@@ -171,7 +171,7 @@ def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float],
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from async_rl_ros.core.sharded_weights import ShardAssembler
+    from async_rl_ros.core.weights.sharded_weights import ShardAssembler
     from async_rl_ros.ros import qos
     from async_rl_ros.ros.conversions import msg_to_shard_packet
     from async_rl_ros_interfaces.msg import PolicyWeights

@@ -39,7 +39,7 @@ EVAL_SEED = 1_000_000
 
 
 def _evaluate(env, act, episodes: int) -> tuple[float, float]:
-    from async_rl_ros.core.evaluation import run_episodes
+    from async_rl_ros.core.learning.evaluation import run_episodes
     stats = run_episodes(env, act, episodes, seed=EVAL_SEED)
     return stats.success_rate, stats.mean_final_distance
 
@@ -61,8 +61,8 @@ def run_ours(seed: int, steps: int, checkpoints: list[int], episodes: int,
     """Train this project's learner; return the curve and the final evaluation."""
     import torch
 
-    from async_rl_ros.core.learner import Learner
-    from async_rl_ros.core.single_process import train_single_process
+    from async_rl_ros.core.learning.learner import Learner
+    from async_rl_ros.core.learning.single_process import train_single_process
     from async_rl_ros.envs.reach_env import UR5ReachEnv
 
     torch.set_num_threads(1)

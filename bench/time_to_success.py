@@ -36,7 +36,7 @@ EVAL_SEED = 2_000_000
 
 
 def _success(act, episodes: int) -> float:
-    from async_rl_ros.core.evaluation import run_episodes
+    from async_rl_ros.core.learning.evaluation import run_episodes
     from async_rl_ros.envs.reach_env import make_reach_env
 
     env = make_reach_env()

@@ -16,7 +16,7 @@
 
 import pathlib
 
-from async_rl_ros.core.codec import CodecError
+from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.ros import bag_reader
 import numpy as np
 import pytest

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import logging
 
-from async_rl_ros.core.batch_sizer import (
-    BatchSizer, BatchSizerConfig, CudaMemoryProbe, is_oom_error, MemoryReading, probe_for,
-    ProcessMemoryProbe)
 from async_rl_ros.core.config import ConfigError
+from async_rl_ros.core.learning.batch_sizer import (BatchSizer, BatchSizerConfig, CudaMemoryProbe,
+                                                    is_oom_error, MemoryReading, probe_for,
+                                                    ProcessMemoryProbe)
 import pytest
 import torch
 
 torch.set_num_threads(1)
 
 CAPACITY = 80 * 2**30
-LOGGER = 'async_rl_ros.core.batch_sizer'
+LOGGER = 'async_rl_ros.core.learning.batch_sizer'
 
 
 class FakeProbe:

@@ -24,10 +24,10 @@ import subprocess
 import sys
 import time
 
-from async_rl_ros.core.checkpoint import (
-    capture_rng_state, CheckpointConfig, CheckpointManager, pack_replay_buffer,
-    restore_rng_state, unpack_replay_buffer)
 from async_rl_ros.core.config import ReachTaskConfig
+from async_rl_ros.core.learning.checkpoint import (capture_rng_state, CheckpointConfig,
+                                                   CheckpointManager, pack_replay_buffer,
+                                                   restore_rng_state, unpack_replay_buffer)
 import numpy as np
 import pytest
 import torch
@@ -182,7 +182,7 @@ def test_unreadable_newest_checkpoint_is_skipped(tmp_path, caplog):
     good = manager.save({'v': 2}, 2)
     broken = tmp_path / 'ckpt_000000003.pt'
     broken.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.checkpoint'):
+    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.checkpoint'):
         assert manager.load()['v'] == 2
     assert 'ckpt_000000003.pt' in caplog.records[-1].getMessage()
     with pytest.raises(Exception):
@@ -213,7 +213,7 @@ def test_temporaries_are_ignored_and_cleaned(tmp_path):
 _WRITER = """
 import sys
 import torch
-from async_rl_ros.core.checkpoint import CheckpointManager
+from async_rl_ros.core.learning.checkpoint import CheckpointManager
 torch.set_num_threads(1)
 manager = CheckpointManager(sys.argv[1], keep_last=3)
 step = int(sys.argv[2])

@@ -19,13 +19,14 @@ from __future__ import annotations
 import struct
 import zlib
 
-from async_rl_ros.core.codec import (CodecConfig, CodecError, dequantize, encode_policy_state,
-                                     ENCODING_FP32, ENCODING_INT8, ENCODING_INT8_ZLIB,
-                                     FORMAT_VERSION, HEADER_SIZE, MAGIC, quantize,
-                                     QuantizedTensor, REJECT_REASONS, WeightDecoder,
-                                     WeightEncoder, WeightPacket)
 from async_rl_ros.core.config import ConfigError
-from async_rl_ros.core.networks import Actor, PolicyForExport
+from async_rl_ros.core.learning.networks import Actor, PolicyForExport
+from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.weights.codec import (CodecConfig, CodecError, dequantize,
+                                             encode_policy_state, ENCODING_FP32, ENCODING_INT8,
+                                             ENCODING_INT8_ZLIB, FORMAT_VERSION, HEADER_SIZE,
+                                             MAGIC, quantize, QuantizedTensor, REJECT_REASONS,
+                                             WeightDecoder, WeightEncoder, WeightPacket)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import numpy as np
@@ -275,16 +276,16 @@ def test_bytes_layout_round_trip():
 
 def test_policy_state_round_trip():
     actor = Actor(4, 2, (8,))
-    state = {'actor': actor.state_dict(), 'obs_mean': np.ones(4, np.float32),
-             'obs_std': np.full(4, 2.0, np.float32), 'obs_clip': 5.0, 'version': 3}
+    state = PolicyState(actor=actor.state_dict(), obs_mean=np.ones(4, np.float32),
+                        obs_std=np.full(4, 2.0, np.float32), obs_clip=5.0, version=3)
     dec = WeightDecoder()
     assert dec.policy_state() is None
     dec.apply(encode_policy_state(WeightEncoder(), state))
     out = dec.policy_state()
-    assert out['version'] == 3 and out['obs_clip'] == 5.0
-    np.testing.assert_array_equal(out['obs_std'], 2.0)
-    assert set(out['actor']) == set(actor.state_dict())
-    assert all(isinstance(v, torch.Tensor) for v in out['actor'].values())
+    assert out.version == 3 and out.obs_clip == 5.0
+    np.testing.assert_array_equal(out.obs_std, 2.0)
+    assert set(out.actor) == set(actor.state_dict())
+    assert all(isinstance(v, torch.Tensor) for v in out.actor.values())
 
 
 # ------------------------------------------------------------------ rejection
@@ -437,16 +438,16 @@ def test_decoded_actor_acts_like_the_original():
                           dtype=torch.float32)
     optimizer = torch.optim.Adam(actor.parameters(), lr=3e-4)
     for version in range(6):
-        state = {'actor': actor.state_dict(), 'obs_mean': obs_mean, 'obs_std': obs_std,
-                 'obs_clip': 5.0, 'version': version}
+        state = PolicyState(actor=actor.state_dict(), obs_mean=obs_mean, obs_std=obs_std,
+                            obs_clip=5.0, version=version)
         packet = encode_policy_state(enc, state)
         assert packet.is_delta == (version > 0)
         dec.apply_bytes(packet.to_bytes())
         received = dec.policy_state()
         policy = PolicyForExport(21, 6, (32, 32))
-        policy.load_actor_state_dict(received['actor'])
-        policy.set_normalization(received['obs_mean'], received['obs_std'],
-                                 received['obs_clip'])
+        policy.load_actor_state_dict(received.actor)
+        policy.set_normalization(received.obs_mean, received.obs_std,
+                                 received.obs_clip)
         reference = actor.deterministic_policy(torch.as_tensor(obs_mean),
                                                torch.as_tensor(obs_std))
         reference.set_normalization(None, None, 5.0)

@@ -20,9 +20,10 @@ import logging
 import math
 
 from async_rl_ros.core.config import ConfigError, SACConfig
-from async_rl_ros.core.doctor import (
-    all_finite, cosine_similarity, Doctor, DoctorConfig, finite_rows, GoodState,
-    ParamDeltaTracker, params_finite, RunningStats, TrainingDiverged, update_ratio)
+from async_rl_ros.core.learning.doctor import (all_finite, cosine_similarity, Doctor, DoctorConfig,
+                                               finite_rows, GoodState, ParamDeltaTracker,
+                                               params_finite, RunningStats, TrainingDiverged,
+                                               update_ratio)
 import numpy as np
 import pytest
 import torch
@@ -238,7 +239,7 @@ def test_update_ratio_outside_band_warns_rate_limited(caplog):
     doctor, knobs = make_doctor(warn_interval_steps=100)
     p = nn.Parameter(torch.ones(1000, dtype=torch.float64))
     tracker = ParamDeltaTracker([p])
-    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.doctor'):
+    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.doctor'):
         for step, delta in enumerate([5e-4, 1e-2, 1e-2, 1e-6]):
             doctor.begin_step(step)
             assert doctor.update_ratio_due() == (step % 10 == 0)
@@ -354,7 +355,7 @@ def test_entropy_collapse_raises_temperature():
 # ---------------------------------------------------------------------- staleness
 def test_stale_transitions_lower_learning_rate(caplog):
     doctor, knobs = make_doctor(max_policy_lag=20.0)
-    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.doctor'):
+    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.doctor'):
         assert doctor.observe_lag(np.array([10, 20, 30]))  # mean 20: at the bound
         assert not doctor.observe_lag(torch.tensor([30, 40, 50]))
     assert knobs.calls == [('scale_learning_rate', 0.8)]
@@ -396,7 +397,7 @@ def test_healthy_training_fires_nothing(caplog):
     x = torch.randn(16, 4)
     rng = np.random.default_rng(3)
     doctor.set_probe(torch.randn(32, 4))
-    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.doctor'):
+    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.doctor'):
         for step in range(20):
             doctor.begin_step(step)
             assert doctor.batch_ok({'obs': x, 'reward': rng.normal(size=16)})

@@ -17,7 +17,7 @@
 import threading
 import time
 
-from async_rl_ros.core.double_buffer import DoubleBuffer
+from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 
 
 def test_concurrent_producers_lose_nothing_and_keep_per_producer_order():

@@ -14,9 +14,12 @@
 
 """The env worker: batching, version stamps, weights hand-over, learner round trip."""
 
+import dataclasses
+
 from async_rl_ros.core.config import LearnerConfig
-from async_rl_ros.core.env_worker import EnvWorker, NO_POLICY, WorkerPacer, WorkerPolicy
-from async_rl_ros.core.learner import Learner
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.workers.env_worker import (EnvWorker, NO_POLICY, WorkerPacer,
+                                                  WorkerPolicy)
 from async_rl_ros.envs.reach_env import make_reach_env
 import numpy as np
 import pytest
@@ -80,7 +83,7 @@ def test_warmup_acts_randomly_even_with_weights(env, tmp_path):
                                      'checkpoint.directory': str(tmp_path)})
     state = Learner(cfg, 21, 6).policy_state()
     worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=10, warmup_steps=10)
-    worker.load_policy(dict(state, version=1))
+    worker.load_policy(dataclasses.replace(state, version=1))
     first = next(b for b in iter(worker.step, 'never') if b is not None)
     second = next(b for b in iter(worker.step, 'never') if b is not None)
     assert np.all(first['policy_version'] == NO_POLICY)

@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 
-from async_rl_ros.core.hash_ring import EmptyRingError, HashRing, stable_hash
+from async_rl_ros.core.weights.hash_ring import EmptyRingError, HashRing, stable_hash
 import pytest
 
 KEYS = [f'key-{i}' for i in range(10_000)]
@@ -168,7 +168,7 @@ def test_stable_hash_and_placement_are_identical_in_another_process():
     here = {'hash': [stable_hash(k) for k in keys], 'nodes': [ring.nodes_for(k, 2) for k in keys]}
     script = '\n'.join([
         'import json',
-        'from async_rl_ros.core.hash_ring import HashRing, stable_hash',
+        'from async_rl_ros.core.weights.hash_ring import HashRing, stable_hash',
         f'keys = {keys!r}',
         'ring = HashRing(128)',
         'for name in ("shard_0", "shard_1", "shard_2"):',

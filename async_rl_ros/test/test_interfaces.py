@@ -24,10 +24,11 @@ the converters use that the .msg files lack, or with another type, fails these t
 from array import array
 import pathlib
 
-from async_rl_ros.core import codec
-from async_rl_ros.core.codec import CodecError
 from async_rl_ros.core.config import ParameterServerConfig
-from async_rl_ros.core.sharded_weights import ShardAssembler, ShardedCommitter, ShardReplica
+from async_rl_ros.core.weights import codec
+from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
+                                                       ShardReplica)
 from async_rl_ros.ros import conversions
 from conftest import require_linter
 import numpy as np
@@ -222,10 +223,10 @@ def test_weight_shards_round_trip_and_assemble_from_messages(msgs):
         received = conversions.msg_to_shard_packet(weights)
         assert received.packet.compute_crc() == weights.crc32
         state = assembler.add(received) or state
-    assert state is not None and state['version'] == 0
+    assert state is not None and state.version == 0
     for name, value in actor.items():
         step = np.abs(value).max() / 127
-        np.testing.assert_allclose(state['actor'][name].numpy(), value, atol=step)
+        np.testing.assert_allclose(state.actor[name].numpy(), value, atol=step)
     corrupt = conversions.shard_packet_to_msg(shards[0].weights(), msgs=msgs)
     corrupt.tensors[0].payload[0] ^= 0xFF
     with pytest.raises(CodecError) as err:

@@ -15,9 +15,9 @@
 """The learner: ingest, update, policy hand-out, checkpoints, single-process training."""
 
 from async_rl_ros.core.config import LearnerConfig
-from async_rl_ros.core.learner import EpisodeTracker, Learner
-from async_rl_ros.core.metrics import MetricsLogger, plot_learning_curve
-from async_rl_ros.core.single_process import train_single_process
+from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
+from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
+from async_rl_ros.core.learning.single_process import train_single_process
 import numpy as np
 import pytest
 import torch
@@ -81,7 +81,7 @@ def test_policy_state_and_export_act_like_the_learner(tmp_path):
     for _ in range(5):
         learner.train_step()
     state = learner.policy_state()
-    assert set(state) == {'actor', 'obs_mean', 'obs_std', 'obs_clip', 'version'}
+    assert state.check(OBS) is state and state.version == learner.policy_version
     policy = torch.jit.script(learner.export_policy())
     obs = np.random.default_rng(3).normal(size=OBS).astype(np.float32) * 3.0 + 1.0
     expected = learner.act(obs, deterministic=True)
@@ -152,13 +152,13 @@ def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
     learner.ingest(transitions(300, np.random.default_rng(5)))
     assert learner.doctor.probe is not None and len(learner.doctor.probe) == 256
     old = learner.policy_state()
-    assert learner.check_policy_divergence({0: old['version']}) == {0: pytest.approx(1.0)}
+    assert learner.check_policy_divergence({0: old.version}) == {0: pytest.approx(1.0)}
     assert learner.sac.policy_reg_weight == 0.0
     with torch.no_grad():  # a very different current policy
         for p in learner.sac.actor.parameters():
             p.add_(torch.randn_like(p))
     learner.policy_version = 1
-    cosines = learner.check_policy_divergence({0: old['version'], 1: 99})
+    cosines = learner.check_policy_divergence({0: old.version, 1: 99})
     assert set(cosines) == {0} and cosines[0] < 0.99
     assert learner.sac.policy_reg_weight > 0.0
     assert learner.doctor.metrics()['doctor/min_policy_cosine'] == pytest.approx(cosines[0])

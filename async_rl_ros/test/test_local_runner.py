@@ -21,9 +21,8 @@ import sys
 import threading
 import time
 
-from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
-                                      LocalRunnerConfig)
-from async_rl_ros.core.evaluation import run_episodes
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
+from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.envs.reach_env import make_reach_env
 from async_rl_ros.local.runner import LocalRunner
 import numpy as np

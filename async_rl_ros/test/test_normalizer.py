@@ -14,7 +14,7 @@
 
 """Running observation statistics."""
 
-from async_rl_ros.core.normalizer import RunningNormalizer
+from async_rl_ros.core.learning.normalizer import RunningNormalizer
 import numpy as np
 
 

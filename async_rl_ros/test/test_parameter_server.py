@@ -17,12 +17,12 @@
 import threading
 
 from async_rl_ros.core.config import ConfigError
-from async_rl_ros.core.hash_ring import HashRing
-from async_rl_ros.core.parameter_server import (CommitAccumulator, ParameterServer,
-                                                ParameterServerConfig, ParameterShard,
-                                                Partition, partition_layout,
-                                                PartitionUnavailableError, StaleCommitError,
-                                                VersionError)
+from async_rl_ros.core.weights.hash_ring import HashRing
+from async_rl_ros.core.weights.parameter_server import (CommitAccumulator, ParameterServer,
+                                                        ParameterServerConfig, ParameterShard,
+                                                        Partition, partition_layout,
+                                                        PartitionUnavailableError,
+                                                        StaleCommitError, VersionError)
 import numpy as np
 import pytest
 

@@ -14,10 +14,10 @@
 
 """The learner's publisher: delayed commits through the parameter server, int8 packets."""
 
-from async_rl_ros.core.codec import WeightDecoder
 from async_rl_ros.core.config import CodecConfig, LearnerConfig, ParameterServerConfig
-from async_rl_ros.core.learner import Learner
-from async_rl_ros.core.publisher import PolicyPublisher
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.weights.codec import WeightDecoder
+from async_rl_ros.core.weights.publisher import PolicyPublisher
 import numpy as np
 import torch
 
@@ -43,12 +43,12 @@ def test_each_change_is_one_version_and_workers_decode_the_server_weights(tmp_pa
     assert version == 1 == learner.policy_version == publisher.server.version
     decoder.apply_bytes(packet)
     state = decoder.policy_state()
-    assert state['version'] == 1
+    assert state.version == 1
     _, server = publisher.server.read()
     for name, value in learner.sac.actor.state_dict().items():
         np.testing.assert_allclose(server[name], value.numpy(), atol=1e-6)
         step = np.abs(server[name]).max() / 127 + 1e-12
-        assert np.abs(state['actor'][name].numpy() - server[name]).max() <= step
+        assert np.abs(state.actor[name].numpy() - server[name]).max() <= step
     assert publisher.packets == 2 and publisher.bytes_published > 0
 
 

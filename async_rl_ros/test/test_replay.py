@@ -31,9 +31,9 @@ import threading
 import time
 
 from async_rl_ros.core.config import ConfigError
-from async_rl_ros.core.replay import (CountAwarePrioritizedSampler, FIELDS, MinTree,
-                                      ReplayBuffer, ReplayConfig, ReplayStorage, SOURCES,
-                                      SumTree)
+from async_rl_ros.core.learning.replay import (CountAwarePrioritizedSampler, MinTree, ReplayBuffer,
+                                               ReplayConfig, ReplayStorage, SumTree)
+from async_rl_ros.core.records import SOURCES, TRANSITION_FIELDS as FIELDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import numpy as np

@@ -31,11 +31,11 @@ import pytest  # noqa: E402
 rclpy = pytest.importorskip('rclpy')
 pytest.importorskip('async_rl_ros_interfaces.msg')
 
-from async_rl_ros.core.codec import CodecError  # noqa: E402, I100 -- after importorskip
-from async_rl_ros.core.config import (EnvWorkerConfig, ParameterServerConfig,  # noqa: E402
+from async_rl_ros.core.config import (EnvWorkerConfig, ParameterServerConfig,  # noqa: E402, I100
                                       RosTransportConfig)
-from async_rl_ros.core.sharded_weights import (ShardAssembler, ShardedCommitter,  # noqa: E402
-                                               ShardReplica)
+from async_rl_ros.core.weights.codec import CodecError  # noqa: E402
+from async_rl_ros.core.weights.sharded_weights import (ShardAssembler,  # noqa: E402
+                                                       ShardedCommitter, ShardReplica)
 from async_rl_ros.ros import conversions  # noqa: E402
 from async_rl_ros.ros.params import SectionParameters  # noqa: E402
 from async_rl_ros_interfaces.msg import (PolicyWeights, TransitionBatch,  # noqa: E402
@@ -102,9 +102,9 @@ def test_weight_shards_survive_the_wire_and_assemble():
             weights = deserialize_message(serialize_message(
                 conversions.shard_packet_to_msg(shard.weights())), PolicyWeights)
             state = assembler.add(conversions.msg_to_shard_packet(weights)) or state
-        assert state is not None and state['version'] == step + 1
+        assert state is not None and state.version == step + 1
     for name, value in actor.items():
-        np.testing.assert_allclose(state['actor'][name].numpy(), value,
+        np.testing.assert_allclose(state.actor[name].numpy(), value,
                                    atol=np.abs(value).max() / 100)
 
 

@@ -18,8 +18,7 @@ import threading
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, RTDEConfig
 from async_rl_ros.envs.rtde_supervisor import (backoff, classify, NeedsPerson, PolicyGate,
-                                               ProtectiveStopLog, SAFETY_BITS, StateClock,
-                                               Verdict)
+                                               ProtectiveStopLog, SAFETY_BITS, StateClock, Verdict)
 import pytest
 
 

@@ -20,8 +20,8 @@ import copy
 import math
 
 from async_rl_ros.core.config import ConfigError
-from async_rl_ros.core.networks import Actor, PolicyForExport, TwinQ
-from async_rl_ros.core.sac import finite_guard, POLICY_REG_BASE, SAC, SACConfig
+from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
+from async_rl_ros.core.learning.sac import finite_guard, POLICY_REG_BASE, SAC, SACConfig
 import pytest
 import torch
 from torch import distributions as D

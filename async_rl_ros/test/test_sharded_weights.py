@@ -16,11 +16,11 @@
 
 import dataclasses
 
-from async_rl_ros.core.codec import CodecError
 from async_rl_ros.core.config import ParameterServerConfig
-from async_rl_ros.core.parameter_server import Partition
-from async_rl_ros.core.sharded_weights import (chunk_shape, ShardAssembler, ShardedCommitter,
-                                               ShardReplica)
+from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.parameter_server import Partition
+from async_rl_ros.core.weights.sharded_weights import (chunk_shape, ShardAssembler,
+                                                       ShardedCommitter, ShardReplica)
 import numpy as np
 import pytest
 
@@ -68,14 +68,14 @@ def test_commits_reach_every_replica_and_workers_assemble_the_policy():
         state = None
         for shard in shards:
             state = assembler.add(shard.weights()) or state
-        assert state is not None and state['version'] == step + 1
+        assert state is not None and state.version == step + 1
     _, server_actor = committer.server.read()
     for name, value in server_actor.items():
-        got = state['actor'][name].numpy()
+        got = state.actor[name].numpy()
         step = (np.abs(value).max() + 1e-12) / 127  # int8: half a step of the row range
         np.testing.assert_allclose(got, value, atol=step, err_msg=name)
-    assert state['obs_clip'] == 5.0
-    np.testing.assert_array_equal(state['obs_std'], EXTRAS['obs_std'])
+    assert state.obs_clip == 5.0
+    np.testing.assert_array_equal(state.obs_std, EXTRAS['obs_std'])
 
 
 def test_replicas_let_workers_assemble_without_a_dead_shard():
@@ -86,7 +86,7 @@ def test_replicas_let_workers_assemble_without_a_dead_shard():
     for shard, packet in list(zip(shards, packets))[:2]:
         shard.apply(packet)
         results.append(assembler.add(shard.weights()))
-    assert results[-1] is not None and results[-1]['version'] == 1
+    assert results[-1] is not None and results[-1].version == 1
 
 
 def test_bad_commits_are_refused_counted_and_change_nothing():

@@ -15,36 +15,31 @@
 """
 Typed configuration: the single source of truth for every tunable of the project.
 
-Each section is a dataclass whose fields are declared with :func:`option`, which records a
-description, a unit and the allowed range or choices in the field's metadata. From that one
-declaration come:
-
-* ``validate()`` -- range, type and choice checks with errors that name the key;
-* the ROS 2 parameter declarations of the nodes (description, ranges, read-only flags);
-* the ``ros__parameters`` YAML loader used by the local runner, so ROS and non-ROS runs read
-  the very same files in ``config/``.
-
-Sections nest: a field whose type is another section becomes a dotted prefix
-(``task.control_hz``), which is also how ROS 2 flattens nested YAML parameters.
+One section (a dataclass built with :func:`~async_rl_ros.core.options.option`) per component;
+``NODE_SECTIONS`` maps each node name of the parameter files in ``config/`` to its section.
+``python -m async_rl_ros.core.config`` prints ``docs/parameters.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 import math
-from pathlib import Path
-import typing
-from typing import Any, Iterator, Mapping
 
-import yaml
+from async_rl_ros.core.options import (check_box, ConfigError, INT32_MAX, load_node_config,
+                                       load_yaml_parameters, option, OptionInfo,
+                                       parameters_markdown, Section)
 
 __all__ = [
+    # the framework, re-exported: ``core.config`` is where users import configuration from
     'ConfigError',
     'OptionInfo',
     'option',
     'Section',
+    'load_yaml_parameters',
+    'load_node_config',
+    'parameters_markdown',
+    # the sections
     'ReachTaskConfig',
     'SafetyConfig',
     'SimConfig',
@@ -60,220 +55,13 @@ __all__ = [
     'ParameterServerConfig',
     'LocalRunnerConfig',
     'RosTransportConfig',
-    'load_yaml_parameters',
-    'load_node_config',
-    'parameters_markdown',
+    'NODE_SECTIONS',
 ]
 
-_WILDCARD = '/**'
-_INT32_MAX = 2**31 - 1
 #: Recommended range of the gradient clip norm (the design write-up's 0.5-1.0).
 GRAD_CLIP_RECOMMENDED = (0.5, 1.0)
 _LOG = logging.getLogger(__name__)
 _TWO_PI = 6.2832  # rad, 2 pi rounded up: UR joints turn +-360 deg
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown, of the wrong type or out of range."""
-
-    def __init__(self, key: str, value: Any, allowed: str, source: str | None = None):
-        self.key = key
-        self.value = value
-        self.allowed = allowed
-        self.source = source
-        where = f'{source}: ' if source else ''
-        super().__init__(f'{where}{key} = {value!r} is not allowed ({allowed})')
-
-
-@dataclasses.dataclass(frozen=True)
-class OptionInfo:
-    """What :func:`option` records about one field (read by validators and the ROS layer)."""
-
-    doc: str
-    unit: str = ''
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    choices: tuple[Any, ...] | None = None
-    length: int | None = None
-    read_only: bool = False
-
-    def allowed(self) -> str:
-        """Describe the allowed values in words, for error messages and parameter docs."""
-        parts = []
-        if self.choices is not None:
-            parts.append('one of ' + ', '.join(repr(c) for c in self.choices))
-        if self.low is not None:
-            parts.append(('> ' if self.low_open else '>= ') + _number(self.low))
-        if self.high is not None:
-            parts.append('<= ' + _number(self.high))
-        if self.length is not None:
-            parts.append(f'exactly {self.length} numbers')
-        return ' and '.join(parts) if parts else 'any value of the declared type'
-
-
-def _number(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f'{x:g}'
-
-
-def option(default: Any, doc: str, *, unit: str = '', low: float | None = None,
-           high: float | None = None, low_open: bool = False,
-           choices: typing.Sequence[Any] | None = None, length: int | None = None,
-           read_only: bool = False) -> Any:
-    """
-    Declare a configuration field.
-
-    :param default: default value (lists are copied per instance).
-    :param doc: one-sentence description; it becomes the ROS parameter description.
-    :param unit: physical unit shown in docs (``rad``, ``m/s``, ``Hz`` ...).
-    :param low: smallest allowed value (inclusive unless ``low_open``), per element for lists.
-    :param high: largest allowed value (inclusive), per element for lists.
-    :param low_open: make ``low`` exclusive (for quantities that must be strictly positive).
-    :param choices: the closed set of allowed values.
-    :param length: required length of a list value.
-    :param read_only: structural setting that cannot change once a node runs.
-    """
-    info = OptionInfo(doc=doc, unit=unit, low=low, high=high, low_open=low_open,
-                      choices=tuple(choices) if choices is not None else None,
-                      length=length, read_only=read_only)
-    if isinstance(default, list):
-        frozen = list(default)
-        return dataclasses.field(default_factory=lambda: list(frozen),
-                                 metadata={'option': info})
-    return dataclasses.field(default=default, metadata={'option': info})
-
-
-def _is_section_type(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, Section)
-
-
-class Section:
-    """Base class of every configuration dataclass."""
-
-    # ------------------------------------------------------------------ introspection
-    @classmethod
-    def _fields(cls) -> dict[str, tuple[dataclasses.Field, Any]]:
-        hints = typing.get_type_hints(cls)
-        return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def options(cls, prefix: str = '') -> Iterator[tuple[str, Any, OptionInfo, Any]]:
-        """Yield ``(dotted_name, type, info, default)`` for every leaf option, depth first."""
-        for name, (f, tp) in cls._fields().items():
-            if _is_section_type(tp):
-                yield from tp.options(prefix + name + '.')
-                continue
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            yield prefix + name, tp, f.metadata['option'], default
-
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_flat(cls, values: Mapping[str, Any], source: str | None = None,
-                  prefix: str = '') -> 'Section':
-        """
-        Build a section from dotted keys, check it and return it.
-
-        Unknown keys raise :class:`ConfigError` naming the closest known key.
-        """
-        known = {name for name, *_ in cls.options()}
-        for key in values:
-            if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f'did you mean {prefix + close[0]!r}?' if close else \
-                    'known keys: ' + ', '.join(sorted(known))
-                raise ConfigError(prefix + key, values[key], 'unknown key; ' + hint, source)
-        obj = cls._build(values, source, prefix)
-        obj.validate(source=source, prefix=prefix)
-        return obj
-
-    @classmethod
-    def _build(cls, values: Mapping[str, Any], source: str | None, prefix: str) -> 'Section':
-        kwargs = {}
-        for name, (f, tp) in cls._fields().items():
-            if _is_section_type(tp):
-                sub = {k[len(name) + 1:]: v for k, v in values.items()
-                       if k.startswith(name + '.')}
-                kwargs[name] = tp._build(sub, source, prefix + name + '.')
-            elif name in values:
-                kwargs[name] = _coerce(values[name], tp, prefix + name, source)
-        return cls(**kwargs)  # type: ignore[call-arg]
-
-    def to_flat(self, prefix: str = '') -> dict[str, Any]:
-        """Return every leaf option as ``{dotted_name: value}``."""
-        out: dict[str, Any] = {}
-        for name, (_, tp) in self._fields().items():
-            value = getattr(self, name)
-            if _is_section_type(tp):
-                out.update(value.to_flat(prefix + name + '.'))
-            else:
-                out[prefix + name] = list(value) if isinstance(value, (list, tuple)) else value
-        return out
-
-    def replace(self, **flat: Any) -> 'Section':
-        """Return a validated copy with some dotted keys changed."""
-        merged = self.to_flat()
-        merged.update(flat)
-        return type(self).from_flat(merged)
-
-    # ------------------------------------------------------------------ validation
-    def validate(self, source: str | None = None, prefix: str = '') -> None:
-        """Check every option against its declared range, then the section's own rules."""
-        for name, (f, tp) in self._fields().items():
-            value = getattr(self, name)
-            if _is_section_type(tp):
-                value.validate(source, prefix + name + '.')
-                continue
-            info: OptionInfo = f.metadata['option']
-            key = prefix + name
-            _coerce(value, tp, key, source)
-            items = value if isinstance(value, (list, tuple)) else [value]
-            if info.length is not None and len(items) != info.length:
-                raise ConfigError(key, value, info.allowed(), source)
-            for item in items:
-                if info.choices is not None and item not in info.choices:
-                    raise ConfigError(key, value, info.allowed(), source)
-                if isinstance(item, (int, float)) and not isinstance(item, bool):
-                    bad_low = info.low is not None and (
-                        item <= info.low if info.low_open else item < info.low)
-                    bad_high = info.high is not None and item > info.high
-                    if not math.isfinite(item) or bad_low or bad_high:
-                        raise ConfigError(key, value, info.allowed(), source)
-        self.check(source, prefix)
-
-    def check(self, source: str | None, prefix: str) -> None:
-        """Cross-field rules of a section; override and raise :class:`ConfigError`."""
-
-
-def _coerce(value: Any, tp: Any, key: str, source: str | None) -> Any:
-    """Convert a YAML/ROS value to the declared type or raise a :class:`ConfigError`."""
-    origin = typing.get_origin(tp)
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(key, value, 'a list of numbers', source)
-        return [_coerce(v, float, key, source) for v in value]
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(key, value, 'true or false', source)
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, value, 'an integer', source)
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, value, 'a number', source)
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(key, value, 'a string', source)
-        return value
-    raise TypeError(f'unsupported option type {tp!r} for {key}')
-
-
-def _check_box(low: list[float], high: list[float], key: str, source: str | None) -> None:
-    for axis, lo, hi in zip('xyz', low, high):
-        if lo >= hi:
-            raise ConfigError(f'{key}_low[{axis}]', lo, f'< {key}_high[{axis}] = {hi}', source)
 
 
 # ====================================================================== sections
@@ -313,7 +101,7 @@ class ReachTaskConfig(Section):
 
     def check(self, source: str | None, prefix: str) -> None:
         """Check that the target box is not empty."""
-        _check_box(self.target_low, self.target_high, prefix + 'target', source)
+        check_box(self.target_low, self.target_high, prefix + 'target', source)
 
     @property
     def dt(self) -> float:
@@ -352,7 +140,7 @@ class SafetyConfig(Section):
 
     def check(self, source: str | None, prefix: str) -> None:
         """Check that the joint range and the workspace box are non-empty."""
-        _check_box(self.workspace_low, self.workspace_high, prefix + 'workspace', source)
+        check_box(self.workspace_low, self.workspace_high, prefix + 'workspace', source)
         for i, (lo, hi) in enumerate(zip(self.joint_lower, self.joint_upper)):
             if hi - lo <= 2 * self.joint_margin:
                 raise ConfigError(f'{prefix}joint_upper[{i}]', hi,
@@ -416,7 +204,7 @@ class RTDEConfig(Section):
                                      'up with an error.', low=1, high=10**6)
     max_policy_lag: int = option(8, 'The arm holds still while its policy is more than this '
                                  'many versions behind the learner.', unit='versions',
-                                 low=0, high=_INT32_MAX)
+                                 low=0, high=INT32_MAX)
     heartbeat_timeout_s: float = option(5.0, 'The arm holds still when no learner heartbeat '
                                         'arrived for this long.', unit='s', low=0.1, high=3600.0)
 
@@ -472,7 +260,7 @@ class ReplayConfig(Section):
     """The prioritized replay buffer of the learner."""
 
     capacity: int = option(1_000_000, 'Number of transitions the ring buffer holds.',
-                           unit='transitions', low=1, high=_INT32_MAX, read_only=True)
+                           unit='transitions', low=1, high=INT32_MAX, read_only=True)
     alpha: float = option(0.6, 'Mix of the two priority terms: alpha * |TD| + '
                           '(1 - alpha) / sqrt(sample_count + 1); 0 ignores the TD errors.',
                           low=0.0, high=1.0)
@@ -482,7 +270,7 @@ class ReplayConfig(Section):
     beta_start: float = option(0.4, 'Importance-weight exponent at the first sample call; it '
                                'grows linearly to 1.', low=0.0, high=1.0)
     beta_steps: int = option(100_000, 'Sample calls over which beta reaches 1 (0: beta is 1 '
-                             'from the start).', unit='calls', low=0, high=_INT32_MAX)
+                             'from the start).', unit='calls', low=0, high=INT32_MAX)
     eps: float = option(1e-6, 'Added to every priority so that none is 0.', low=0.0,
                         high=1.0, low_open=True)
     staleness: str = option('off', 'Treatment of transitions whose policy lags the learner by '
@@ -490,13 +278,13 @@ class ReplayConfig(Section):
                             'or skip (evict and re-draw them).', choices=('off', 'weight', 'skip'))
     max_policy_lag: int = option(8, 'Largest policy lag (learner version minus the version that '
                                  'collected the data) that is not stale.', unit='versions',
-                                 low=0, high=_INT32_MAX)
+                                 low=0, high=INT32_MAX)
     stale_weight: float = option(0.5, 'Importance-weight factor per version of lag beyond '
                                  'max_policy_lag (staleness = weight).', low=0.0, high=1.0)
     skip_redraws: int = option(4, 'Rounds of re-drawing stale samples (staleness = skip) before '
                                'the rest are returned with weight 0.', unit='rounds',
                                low=0, high=64)
-    seed: int = option(0, 'Seed of the sampling random generator.', low=0, high=_INT32_MAX)
+    seed: int = option(0, 'Seed of the sampling random generator.', low=0, high=INT32_MAX)
     real_weight: float = option(1.0, 'Mixed fleet: sampling weight of a transition from a real '
                                 'robot relative to a simulated one (2 draws real data twice '
                                 'as often at equal priority; importance weights do not undo it).',
@@ -731,7 +519,7 @@ class ParameterServerConfig(Section):
                                 '1/sqrt(virtual_nodes).', low=1, high=65536, read_only=True)
     chunk_size: int = option(16384, 'Floats per partition: tensors are cut into chunks of this '
                              'size, so a big layer spreads over several shards.', unit='floats',
-                             low=1, high=_INT32_MAX, read_only=True)
+                             low=1, high=INT32_MAX, read_only=True)
     commit_every: int = option(8, 'Optimizer steps between two commits of the accumulated '
                                'parameter change (delayed update; 1 commits every step).',
                                unit='updates', low=1, high=10**6)
@@ -748,11 +536,11 @@ class LearnerConfig(Section):
     """Everything the learner needs (ROS node name: ``learner``)."""
 
     seed: int = option(0, 'Seed of network initialization, sampling and warm-up actions.',
-                       low=0, high=_INT32_MAX)
+                       low=0, high=INT32_MAX)
     learning_starts: int = option(5000, 'Transitions in the replay buffer before the first '
-                                  'update.', unit='transitions', low=1, high=_INT32_MAX)
+                                  'update.', unit='transitions', low=1, high=INT32_MAX)
     warmup_steps: int = option(5000, 'Env steps acted with uniform random actions before the '
-                               'policy takes over.', unit='steps', low=0, high=_INT32_MAX)
+                               'policy takes over.', unit='steps', low=0, high=INT32_MAX)
     updates_per_step: float = option(1.0, 'Gradient updates per env step (update-to-data '
                                      'ratio): single-process and sync training do this many; '
                                      'async training holds the learner near it with the '
@@ -827,95 +615,6 @@ class RosTransportConfig(Section):
     parameter_server: ParameterServerConfig = dataclasses.field(
         default_factory=ParameterServerConfig)
     codec: CodecConfig = dataclasses.field(default_factory=CodecConfig)
-
-
-# ====================================================================== YAML
-def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f'{prefix}{key}'
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, name + '.'))
-        else:
-            out[name] = value
-    return out
-
-
-def load_yaml_parameters(path: str | Path) -> dict[str, dict[str, Any]]:
-    """
-    Read a ROS 2 parameter file into ``{node_name: {dotted_key: value}}``.
-
-    The file must have the ``node_name: {ros__parameters: {...}}`` layout that
-    ``ros2 run ... --params-file`` accepts; nested mappings are flattened with dots.
-    """
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding='utf-8')
-    except OSError as exc:
-        raise ConfigError('config', source, f'a readable file ({exc.strerror})') from None
-    try:
-        tree = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError('config', source, f'valid YAML ({exc})') from None
-    if not isinstance(tree, Mapping):
-        raise ConfigError('<top level>', type(tree).__name__,
-                          'a mapping of node names to {ros__parameters: ...}', source)
-    nodes: dict[str, dict[str, Any]] = {}
-    for node, body in tree.items():
-        if not isinstance(body, Mapping) or set(body) != {'ros__parameters'}:
-            raise ConfigError(str(node), body, 'a mapping with the single key ros__parameters',
-                              source)
-        params = body['ros__parameters'] or {}
-        if not isinstance(params, Mapping):
-            raise ConfigError(f'{node}.ros__parameters', params, 'a mapping of parameters',
-                              source)
-        nodes[str(node).lstrip('/')] = _flatten(params)
-    return nodes
-
-
-def load_node_config(path: str | Path | None, node: str, cls: type[Section],
-                     overrides: Mapping[str, Any] | None = None) -> Section:
-    """
-    Load the section of ``node`` from a parameter file, merged over ``/**`` defaults.
-
-    :param path: a ``ros__parameters`` YAML file, or ``None`` for the defaults.
-    :param node: node name whose ``ros__parameters`` apply (e.g. ``env_worker``).
-    :param cls: the :class:`Section` subclass to build.
-    :param overrides: dotted keys that win over the file (command-line settings).
-    """
-    values: dict[str, Any] = {}
-    source = str(path) if path is not None else None
-    if path is not None:
-        nodes = load_yaml_parameters(path)
-        wildcard = nodes.get(_WILDCARD.lstrip('/'), {})
-        known = {name for name, *_ in cls.options()}
-        # Wildcard parameters are shared by every node: keep the ones this node knows.
-        values.update({k: v for k, v in wildcard.items() if k in known})
-        values.update(nodes.get(node, {}))
-    values.update(overrides or {})
-    prefix = f'{node}.'
-    return cls.from_flat(values, source=source, prefix=prefix)
-
-
-def parameters_markdown(sections: Mapping[str, type[Section]]) -> str:
-    """
-    Render the parameter reference (``docs/parameters.md``) from the dataclasses.
-
-    :param sections: node name -> the :class:`Section` its ``ros__parameters`` fill.
-    """
-    lines = ['# Parameters', '',
-             'Generated from `async_rl_ros/core/config.py` by '
-             '`python -m async_rl_ros.core.config`; do not edit by hand.', '']
-    for node, cls in sections.items():
-        lines += [f'## `{node}`', '', (cls.__doc__ or '').strip().splitlines()[0], '',
-                  '| parameter | default | unit | allowed | description |',
-                  '|---|---|---|---|---|']
-        for name, _, info, default in cls.options():
-            flag = ' (read-only)' if info.read_only else ''
-            lines.append(f'| `{name}` | `{default}` | {info.unit or "-"} | {info.allowed()} '
-                         f'| {info.doc}{flag} |')
-        lines.append('')
-    return '\n'.join(lines)
 
 
 NODE_SECTIONS: dict[str, type[Section]] = {

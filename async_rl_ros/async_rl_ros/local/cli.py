@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, LocalRunnerConfig, NODE_SECTIONS)
-from async_rl_ros.core.evaluation import run_episodes
+from async_rl_ros.core.learning.evaluation import run_episodes
 import numpy as np
 import yaml
 

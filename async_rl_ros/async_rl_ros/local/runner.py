@@ -50,12 +50,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from async_rl_ros.core.codec import CodecError, WeightDecoder
-from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
-                                      LocalRunnerConfig)
-from async_rl_ros.core.double_buffer import DoubleBuffer
-from async_rl_ros.core.learner import Learner
-from async_rl_ros.core.publisher import PolicyPublisher
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.transport.double_buffer import DoubleBuffer
+from async_rl_ros.core.weights.codec import CodecError, WeightDecoder
+from async_rl_ros.core.weights.publisher import PolicyPublisher
 from async_rl_ros.local.weight_board import WeightBoard
 import numpy as np
 
@@ -88,7 +87,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner stops us through ``stop``
     import torch
 
-    from async_rl_ros.core.env_worker import EnvWorker, WorkerPolicy
+    from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
     from async_rl_ros.envs.reach_env import UR5ReachEnv
 
     torch.set_num_threads(1)

@@ -30,10 +30,10 @@ import time
 from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
-from async_rl_ros.core.evaluation import EpisodeStats, run_episodes
-from async_rl_ros.core.learner import Learner
-from async_rl_ros.core.metrics import MetricsLogger, plot_learning_curve
-from async_rl_ros.core.single_process import train_single_process
+from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
+from async_rl_ros.core.learning.single_process import train_single_process
 from async_rl_ros.local.runner import default_num_workers
 import numpy as np
 import torch

@@ -29,7 +29,7 @@ import os
 import pathlib
 from typing import Iterator
 
-from async_rl_ros.core.codec import CodecError
+from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.ros.conversions import msg_to_batch
 import numpy as np
 

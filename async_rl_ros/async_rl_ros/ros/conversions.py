@@ -18,7 +18,7 @@ Core objects <-> ``async_rl_ros_interfaces`` messages, through buffer views only
 Arrays cross with ``numpy.frombuffer`` on the message's ``array.array`` fields and
 ``array.array(...).frombytes`` the other way: no per-element Python loop anywhere. Every
 function that reads a message validates it and raises
-:class:`~async_rl_ros.core.codec.CodecError` (``'shape'``, ``'format'``, ``'encoding'``) on
+:class:`~async_rl_ros.core.weights.codec.CodecError` (``'shape'``, ``'format'``, ``'encoding'``) on
 inconsistent data, so the nodes count the rejection by reason and keep running; CRCs and
 versions are checked by the core codec objects the converted packets go to.
 
@@ -34,20 +34,17 @@ import importlib
 import math
 from typing import Any, Mapping
 
-from async_rl_ros.core.codec import CodecError, QuantizedTensor, WeightPacket
-from async_rl_ros.core.replay import SOURCES as REPLAY_SOURCES
-from async_rl_ros.core.sharded_weights import ShardPacket
+from async_rl_ros.core.records import SOURCES, TRANSITION_FIELDS
+from async_rl_ros.core.weights.codec import CodecError, QuantizedTensor, WeightPacket
+from async_rl_ros.core.weights.sharded_weights import ShardPacket
 import numpy as np
 
 __all__ = ['TRANSITION_KEYS', 'SOURCES', 'batch_to_msg', 'msg_to_batch', 'tensor_to_msg',
            'msg_to_tensor', 'float_tensor_to_msg', 'msg_to_float_tensor',
            'shard_packet_to_msg', 'msg_to_shard_packet', 'interfaces']
 
-#: Keys of a transition batch as ``EnvWorker.step`` returns and ``Learner.ingest`` takes it.
-TRANSITION_KEYS = ('obs', 'action', 'reward', 'next_obs', 'terminated', 'truncated',
-                   'policy_version', 'worker_id')
-#: Allowed values of ``TransitionBatch.source`` (the index is the replay's ``source`` field).
-SOURCES = REPLAY_SOURCES
+#: Keys of a transition batch carried as message fields (``source`` travels as a string).
+TRANSITION_KEYS = tuple(k for k in TRANSITION_FIELDS if k != 'source')
 _MAX_DIM = 1 << 20  # widest observation / action accepted from the wire
 
 

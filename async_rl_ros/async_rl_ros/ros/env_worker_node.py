@@ -17,13 +17,13 @@
 
 Lifecycle: *configure* builds the environment from the ``env_worker`` parameters (the
 :class:`~async_rl_ros.core.config.EnvWorkerConfig`; ``backend`` picks the simulated or the
-real arm, which connects here) and the :class:`~async_rl_ros.core.env_worker.EnvWorker`;
+real arm, which connects here) and the :class:`~async_rl_ros.core.workers.env_worker.EnvWorker`;
 *activate* starts the stepping thread; *deactivate* stops it and stops the arm; *cleanup*
 and *shutdown* release the environment. Every command passes the environment's safety filter.
 
 The executor never waits on the environment: weight messages are only stored by their
 callbacks (the newest per shard), and the stepping thread installs them between two steps,
-through a :class:`~async_rl_ros.core.sharded_weights.ShardAssembler` that checks CRCs,
+through a :class:`~async_rl_ros.core.weights.sharded_weights.ShardAssembler` that checks CRCs,
 versions and shapes. Batches go out on ``transitions`` (relative: the worker's namespace).
 """
 
@@ -34,16 +34,15 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.codec import CodecError
 from async_rl_ros.core.config import EnvWorkerConfig, RosTransportConfig
-from async_rl_ros.core.env_worker import EnvWorker, WorkerPacer, WorkerPolicy
-from async_rl_ros.core.sharded_weights import ShardAssembler
+from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.sharded_weights import ShardAssembler
+from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPacer, WorkerPolicy
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
 from async_rl_ros.ros.node_utils import backend_call, build_env, run_node
 from async_rl_ros.ros.params import SectionParameters
-from async_rl_ros_interfaces.msg import (PolicyWeights, TrainingStats, TransitionBatch,
-                                         WorkerStatus)
+from async_rl_ros_interfaces.msg import PolicyWeights, TrainingStats, TransitionBatch, WorkerStatus
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn

@@ -38,12 +38,12 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.codec import CodecError, split_policy_state
 from async_rl_ros.core.config import LearnerConfig, RosTransportConfig
-from async_rl_ros.core.double_buffer import DoubleBuffer
-from async_rl_ros.core.learner import Learner
-from async_rl_ros.core.metrics import MetricsLogger
-from async_rl_ros.core.sharded_weights import ShardedCommitter
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.transport.double_buffer import DoubleBuffer
+from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import msg_to_batch, shard_packet_to_msg
 from async_rl_ros.ros.node_utils import run_node
@@ -98,7 +98,7 @@ class LearnerNode(Node):
         if resume and self.learner.resume() is not None:
             self.get_logger().info(f'resumed at {self.learner.env_steps} env steps')
         state = self.learner.policy_state()
-        tensors, self._extras, _ = split_policy_state(state)
+        tensors, self._extras = state.tensors(), state.extras()
         self.committer = ShardedCommitter(self.transport.parameter_server, tensors,
                                           version=self.learner.policy_version)
         self.log_dir = pathlib.Path(self.cfg.log_dir)
@@ -224,7 +224,7 @@ class LearnerNode(Node):
         state = self.learner.policy_state()
         if state is None:
             return  # the doctor refuses non-finite weights: workers keep the last good ones
-        tensors, extras, _ = split_policy_state(state)
+        tensors, extras = state.tensors(), state.extras()
         self._extras = extras
         packets = self.committer.commit(tensors, extras)
         if packets is None:

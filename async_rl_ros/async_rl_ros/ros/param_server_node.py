@@ -16,7 +16,7 @@
 ``param_server`` node: one shard of the parameter server.
 
 Applies the learner's commits (``/commits/shard_<i>``, WeightsCommit) to a
-:class:`~async_rl_ros.core.sharded_weights.ShardReplica` and publishes the shard's
+:class:`~async_rl_ros.core.weights.sharded_weights.ShardReplica` and publishes the shard's
 partitions as an int8 PolicyWeights on ``/weights/shard_<i>`` -- reliable, transient local,
 depth 1, so a worker that starts (or restarts) late gets the newest version at once. A commit
 that cannot apply (bad CRC, a missed commit) is counted and refused; the shard then says
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import collections
 
-from async_rl_ros.core.codec import CodecError
 from async_rl_ros.core.config import RosTransportConfig
-from async_rl_ros.core.sharded_weights import ShardReplica
+from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.sharded_weights import ShardReplica
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import msg_to_shard_packet, shard_packet_to_msg
 from async_rl_ros.ros.node_utils import run_node

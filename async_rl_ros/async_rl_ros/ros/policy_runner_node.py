@@ -29,7 +29,7 @@ import threading
 from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig
-from async_rl_ros.core.learner import EpisodeTracker
+from async_rl_ros.core.learning.learner import EpisodeTracker
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.node_utils import backend_call, build_env, run_node
 from async_rl_ros.ros.params import SectionParameters

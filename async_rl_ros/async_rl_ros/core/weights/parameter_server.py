@@ -18,7 +18,7 @@ Sharded, replicated parameter server with delayed (every ``commit_every`` steps)
 Layout. The flattened float32 tensors of the model are cut into :class:`Partition` s of at
 most ``chunk_size`` floats (:func:`partition_layout`), so a big layer spreads over several
 shards. Partition keys are ``'<tensor name>#<chunk index>'`` (``'actor/trunk.0.weight#3'``),
-independent of the order of the tensors. A :class:`~async_rl_ros.core.hash_ring.HashRing`
+independent of the order of the tensors. A :class:`~async_rl_ros.core.weights.hash_ring.HashRing`
 with virtual nodes maps each key to ``replicas`` distinct shards (the primary and the next
 distinct shards clockwise); every replica stores the whole partition.
 
@@ -67,7 +67,7 @@ import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 from async_rl_ros.core.config import ParameterServerConfig
-from async_rl_ros.core.hash_ring import HashRing
+from async_rl_ros.core.weights.hash_ring import HashRing
 import numpy as np
 
 __all__ = [

@@ -15,20 +15,20 @@
 """
 The parameter server split over processes: learner commits, shard replicas, worker assembly.
 
-:class:`~async_rl_ros.core.parameter_server.ParameterServer` keeps every shard in one
+:class:`~async_rl_ros.core.weights.parameter_server.ParameterServer` keeps every shard in one
 process. When each shard is its own process (a ROS 2 ``param_server`` node per shard) three
 transport-free roles remain, and this module holds them:
 
 * :class:`ShardedCommitter` (learner): the delayed update of
-  :class:`~async_rl_ros.core.parameter_server.CommitAccumulator`, applied to a
+  :class:`~async_rl_ros.core.weights.parameter_server.CommitAccumulator`, applied to a
   :class:`ParameterServer` *mirror* that is the routing table (which shard holds which
   partition) and the authoritative copy a restarted shard re-syncs from. Every commit becomes
   one :class:`ShardPacket` per shard: float32 deltas of the partitions that shard holds.
 * :class:`ShardReplica` (one shard): applies the commits addressed to it -- a full commit
   (re)initializes it, a delta commit must name its current version -- and serves its
-  partitions as a full int8 :class:`~async_rl_ros.core.codec.WeightPacket`.
+  partitions as a full int8 :class:`~async_rl_ros.core.weights.codec.WeightPacket`.
 * :class:`ShardAssembler` (worker): verifies each shard's packets with a
-  :class:`~async_rl_ros.core.codec.WeightDecoder` and, once shards at one version together
+  :class:`~async_rl_ros.core.weights.codec.WeightDecoder` and, once shards at one version together
   hold every partition, rebuilds the policy state a worker loads.
 
 A :class:`ShardPacket` carries exactly the fields of the ``WeightsCommit`` and
@@ -44,11 +44,14 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from async_rl_ros.core.codec import (CodecConfig, CodecError, ENCODING_FP32, QuantizedTensor,
-                                     WeightDecoder, WeightEncoder, WeightPacket)
 from async_rl_ros.core.config import ParameterServerConfig
-from async_rl_ros.core.parameter_server import (CommitAccumulator, ParameterServer,
-                                                ParameterShard, Partition, partition_layout)
+from async_rl_ros.core.records import PolicyState, PolicyStateError
+from async_rl_ros.core.weights.codec import (CodecConfig, CodecError, ENCODING_FP32,
+                                             QuantizedTensor, WeightDecoder, WeightEncoder,
+                                             WeightPacket)
+from async_rl_ros.core.weights.parameter_server import (CommitAccumulator, ParameterServer,
+                                                        ParameterShard, Partition,
+                                                        partition_layout)
 import numpy as np
 import torch
 
@@ -303,13 +306,12 @@ class ShardAssembler:
         decoded = sum(sum(d.rejected.values()) for d in self.decoders.values())
         return decoded + sum(self.rejected.values())
 
-    def add(self, sp: ShardPacket) -> dict[str, Any] | None:
+    def add(self, sp: ShardPacket) -> PolicyState | None:
         """
         Verify and store one shard packet; return a new policy state when one is complete.
 
         :param sp: a shard's weights.
-        :returns: ``{'actor', 'obs_mean', 'obs_std', 'obs_clip', 'version'}`` (the layout of
-            ``Learner.policy_state``) for a version newer than the last one returned, or
+        :returns: the :class:`PolicyState` of a version newer than the last one returned, or
             ``None`` (incomplete, or a packet of a version already assembled: ignored).
         :raises CodecError: the packet is rejected (and counted); the state is unchanged.
         """
@@ -335,7 +337,7 @@ class ShardAssembler:
             decoder.extras)
         return self._assemble(parts)
 
-    def _assemble(self, parts: Mapping[str, Partition]) -> dict[str, Any] | None:
+    def _assemble(self, parts: Mapping[str, Partition]) -> PolicyState | None:
         newest = max(version for version, _, _ in self._held.values())
         if newest <= self.version:
             return None
@@ -353,14 +355,13 @@ class ShardAssembler:
             for part in parts.values():
                 if part.tensor == name:
                     flat[part.start:part.stop] = chunks[part.key]
-            actor[name] = torch.from_numpy(flat.reshape(shape))
+            actor[name] = flat.reshape(shape)
+        try:
+            state = PolicyState.from_parts(actor, extras, newest)
+        except PolicyStateError as exc:
+            self.rejected['extras'] += 1
+            raise CodecError('extras', str(exc)) from None
         self.version = newest
-        state: dict[str, Any] = {'actor': actor, 'version': newest}
-        for key in ('obs_mean', 'obs_std'):
-            if key in extras:
-                state[key] = extras[key].copy()
-        if 'obs_clip' in extras:
-            state['obs_clip'] = float(extras['obs_clip'])
         return state
 
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from async_rl_ros.core.codec import encode_policy_state, WeightEncoder
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
-from async_rl_ros.core.learner import Learner
-from async_rl_ros.core.parameter_server import CommitAccumulator, ParameterServer
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.weights.codec import encode_policy_state, WeightEncoder
+from async_rl_ros.core.weights.parameter_server import CommitAccumulator, ParameterServer
 import numpy as np
+import torch
 
 __all__ = ['PolicyPublisher']
 
@@ -81,8 +82,9 @@ class PolicyPublisher:
             if self.server.version == self.published_version:
                 return None
             version, actor = self.server.read()
-            packet = encode_policy_state(self.encoder,
-                                         dict(state, actor=actor, version=version)).to_bytes()
+            served = dataclasses.replace(
+                state, actor={k: torch.from_numpy(v) for k, v in actor.items()}, version=version)
+            packet = encode_policy_state(self.encoder, served).to_bytes()
             self.published_version = version
             self.packets += 1
             self.bytes_published += len(packet)

@@ -20,17 +20,17 @@ call :meth:`EnvWorker.step` in a loop, hand it new weights with :meth:`EnvWorker
 whenever their transport has some (never waiting for them), and ship the batches that
 :meth:`EnvWorker.step` returns. Every transition is stamped with the worker id and the
 ``policy_version`` of the weights that chose its action, and with its ``source`` (``'sim'``
-or ``'real'``, see :data:`async_rl_ros.core.replay.SOURCES`) so that a mixed fleet's replay
-can weight real-robot data.
+or ``'real'``, see :data:`async_rl_ros.core.records.SOURCES`) so that a mixed fleet's
+replay can weight real-robot data.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from async_rl_ros.core.learner import EpisodeTracker
-from async_rl_ros.core.networks import Actor
-from async_rl_ros.core.replay import SOURCES
+from async_rl_ros.core.learning.learner import EpisodeTracker
+from async_rl_ros.core.learning.networks import Actor
+from async_rl_ros.core.records import empty_transition_batch, PolicyState, TransitionBatch
 import numpy as np
 import torch
 
@@ -58,13 +58,13 @@ class WorkerPolicy:
         self.version = NO_POLICY
         self.generator = torch.Generator().manual_seed(seed)
 
-    def load(self, state: Mapping[str, Any]) -> None:
-        """Install a learner's ``policy_state()`` (actor weights, normalizer, version)."""
-        self.actor.load_state_dict(state['actor'])
-        self.obs_mean = np.asarray(state['obs_mean'], dtype=np.float32)
-        self.obs_std = np.asarray(state['obs_std'], dtype=np.float32)
-        self.obs_clip = float(state['obs_clip'])
-        self.version = int(state['version'])
+    def load(self, state: PolicyState) -> None:
+        """Install a learner's policy state (actor weights, normalizer, version)."""
+        self.actor.load_state_dict(dict(state.actor))
+        self.obs_mean = np.asarray(state.obs_mean, dtype=np.float32)
+        self.obs_std = np.asarray(state.obs_std, dtype=np.float32)
+        self.obs_clip = float(state.obs_clip)
+        self.version = int(state.version)
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
@@ -92,8 +92,6 @@ class EnvWorker:
 
     def __init__(self, worker_id: int, env: Any, policy: WorkerPolicy, batch_size: int = 64,
                  warmup_steps: int = 0, seed: int = 0, source: str = 'sim'):
-        if source not in SOURCES:
-            raise ValueError(f'source = {source!r} is not allowed (one of {SOURCES})')
         self.worker_id = int(worker_id)
         self.source = source
         self.env = env
@@ -107,29 +105,19 @@ class EnvWorker:
         act_dim = env.action_space.shape[0]
         self.act_dim = act_dim
         n = self.batch_size
-        self._batch = {
-            'obs': np.zeros((n, obs_dim), np.float32),
-            'action': np.zeros((n, act_dim), np.float32),
-            'reward': np.zeros(n, np.float32),
-            'next_obs': np.zeros((n, obs_dim), np.float32),
-            'terminated': np.zeros(n, bool),
-            'truncated': np.zeros(n, bool),
-            'policy_version': np.zeros(n, np.int64),
-            'worker_id': np.full(n, self.worker_id, np.int32),
-            'source': np.full(n, SOURCES.index(source), np.int8),
-        }
+        self._batch = empty_transition_batch(n, obs_dim, act_dim, self.worker_id, source)
         self._fill = 0
         self._obs, _ = env.reset(seed=seed)
         self.episode_metrics: list[dict[str, float]] = []
 
-    def load_policy(self, state: Mapping[str, Any]) -> bool:
+    def load_policy(self, state: PolicyState) -> bool:
         """Install newer weights; older or equal versions are ignored. Returns whether used."""
-        if int(state['version']) <= self.policy.version:
+        if state.version <= self.policy.version:
             return False
         self.policy.load(state)
         return True
 
-    def step(self) -> dict[str, np.ndarray] | None:
+    def step(self) -> TransitionBatch | None:
         """Take one env step; return a full batch of transitions when one is ready."""
         if self.steps < self.warmup_steps or self.policy.version == NO_POLICY:
             action = self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32)
@@ -155,7 +143,7 @@ class EnvWorker:
         if self._fill < self.batch_size:
             return None
         self._fill = 0
-        return {key: value.copy() for key, value in b.items()}
+        return TransitionBatch(**{key: value.copy() for key, value in b.items()})
 
     def take_episode_metrics(self) -> list[dict[str, float]]:
         """Return and clear the metrics of the episodes finished since the last call."""

@@ -63,13 +63,11 @@ import threading
 from typing import Any, Mapping
 
 from async_rl_ros.core.config import ConfigError, ReplayConfig
+from async_rl_ros.core.records import field_shape, OPTIONAL_FIELDS, SOURCES, TRANSITION_FIELDS
 import numpy as np
 
 __all__ = [
     'ReplayConfig',
-    'FIELDS',
-    'SOURCES',
-    'OPTIONAL_FIELDS',
     'SumTree',
     'MinTree',
     'ReplayStorage',
@@ -77,23 +75,6 @@ __all__ = [
     'ReplayBuffer',
 ]
 
-#: Transition fields: name -> (dtype, per-transition shape given ``obs_dim``, ``act_dim``).
-FIELDS: dict[str, tuple[Any, str]] = {
-    'obs': (np.float32, 'obs'),
-    'action': (np.float32, 'act'),
-    'reward': (np.float32, ''),
-    'next_obs': (np.float32, 'obs'),
-    'terminated': (np.bool_, ''),
-    'truncated': (np.bool_, ''),
-    'policy_version': (np.int64, ''),
-    'worker_id': (np.int32, ''),
-    'source': (np.int8, ''),
-}
-#: Where a transition comes from (the ``source`` field holds the index): mixed fleets weight
-#: real-robot data with ``ReplayConfig.real_weight``.
-SOURCES = ('sim', 'real')
-#: Fields a batch may leave out, with the value they then take.
-OPTIONAL_FIELDS = {'source': SOURCES.index('sim')}
 _STALENESS = ('off', 'weight', 'skip')
 _INT_MAX = 2**31 - 1
 
@@ -290,15 +271,11 @@ class MinTree(_SegmentTree):
 
 
 # ====================================================================== storage
-def _field_shape(kind: str, obs_dim: int, act_dim: int) -> tuple[int, ...]:
-    return {'obs': (obs_dim,), 'act': (act_dim,), '': ()}[kind]
-
-
 class ReplayStorage:
     """
     Fixed-capacity ring of transitions in preallocated numpy arrays (not locked by itself).
 
-    The arrays are attributes named after :data:`FIELDS` (``storage.obs``, ...) of
+    The arrays are attributes named after :data:`TRANSITION_FIELDS` (``storage.obs``, ...) of
     ``capacity`` rows. Besides them, ``insert_id[i]`` is the serial number of the transition in
     slot ``i`` (0 for the first transition ever added), which tells a recycled slot apart.
 
@@ -325,8 +302,8 @@ class ReplayStorage:
         self.capacity = int(capacity)
         self.obs_dim = int(obs_dim)
         self.act_dim = int(act_dim)
-        for name, (dtype, kind) in FIELDS.items():
-            shape = (self.capacity,) + _field_shape(kind, self.obs_dim, self.act_dim)
+        for name, (dtype, kind) in TRANSITION_FIELDS.items():
+            shape = (self.capacity,) + field_shape(kind, self.obs_dim, self.act_dim)
             setattr(self, name, np.zeros(shape, dtype=dtype))
         self.insert_id = np.full(self.capacity, -1, dtype=np.int64)
         self._cursor = 0   # next slot to write
@@ -343,15 +320,16 @@ class ReplayStorage:
         return self._added
 
     def _columns(self, batch: Mapping[str, Any]) -> tuple[int, dict[str, np.ndarray]]:
-        unknown = sorted(set(batch) - set(FIELDS))
-        missing = [name for name in FIELDS if name not in batch and name not in OPTIONAL_FIELDS]
+        unknown = sorted(set(batch) - set(TRANSITION_FIELDS))
+        missing = [name for name in TRANSITION_FIELDS
+                   if name not in batch and name not in OPTIONAL_FIELDS]
         if unknown or missing:
             raise KeyError(f'transition batch has unknown fields {unknown} and misses '
-                           f'{missing}; expected {list(FIELDS)} (optional: '
+                           f'{missing}; expected {list(TRANSITION_FIELDS)} (optional: '
                            f'{list(OPTIONAL_FIELDS)})')
         batch = {**{k: v for k, v in OPTIONAL_FIELDS.items() if k not in batch}, **batch}
         n = None
-        for name in FIELDS:
+        for name in TRANSITION_FIELDS:
             value = np.asarray(batch[name])
             if value.ndim:
                 n = len(value) if n is None else n
@@ -360,8 +338,8 @@ class ReplayStorage:
         if n is None:
             raise ValueError('transition batch needs a leading batch dimension')
         columns = {}
-        for name, (dtype, kind) in FIELDS.items():
-            shape = (n,) + _field_shape(kind, self.obs_dim, self.act_dim)
+        for name, (dtype, kind) in TRANSITION_FIELDS.items():
+            shape = (n,) + field_shape(kind, self.obs_dim, self.act_dim)
             value = np.asarray(batch[name])
             if value.ndim == 0 and kind == '':
                 value = np.broadcast_to(value, shape)  # one version/worker for the whole batch
@@ -381,7 +359,7 @@ class ReplayStorage:
         """
         Append transitions, overwriting the oldest ones once the ring is full.
 
-        :param batch: every field of :data:`FIELDS` as an array with a leading batch
+        :param batch: every field of :data:`TRANSITION_FIELDS` as an array with a leading batch
             dimension ``n`` (``policy_version``, ``worker_id`` and ``source`` may also be
             scalars; ``source`` may be left out: simulated data).
         :returns: the slot each of the ``n`` transitions was written to, in order (int64). When
@@ -415,7 +393,7 @@ class ReplayStorage:
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= self._size):
             raise IndexError(f'slot out of range [0, {self._size})')
-        out = {name: getattr(self, name)[idx] for name in FIELDS}
+        out = {name: getattr(self, name)[idx] for name in TRANSITION_FIELDS}
         out['insert_id'] = self.insert_id[idx]
         return out
 
@@ -428,7 +406,7 @@ class ReplayStorage:
         state: dict[str, Any] = {'capacity': self.capacity, 'obs_dim': self.obs_dim,
                                  'act_dim': self.act_dim, 'cursor': self._cursor,
                                  'size': self._size, 'added': self._added}
-        for name in list(FIELDS) + ['insert_id']:
+        for name in list(TRANSITION_FIELDS) + ['insert_id']:
             state[name] = getattr(self, name)[:self._size].copy()
         return state
 
@@ -443,7 +421,7 @@ class ReplayStorage:
             raise ValueError(f'storage (capacity, obs_dim, act_dim) = {dims} cannot be loaded '
                              f'into {(self.capacity, self.obs_dim, self.act_dim)}')
         size = int(state['size'])
-        for name in list(FIELDS) + ['insert_id']:
+        for name in list(TRANSITION_FIELDS) + ['insert_id']:
             target = getattr(self, name)
             if name in OPTIONAL_FIELDS and name not in state:  # saved before the field existed
                 target[:size] = OPTIONAL_FIELDS[name]
@@ -803,7 +781,7 @@ class ReplayBuffer:
         """
         Append one transition.
 
-        :param transition: every field of :data:`FIELDS`, without a batch dimension.
+        :param transition: every field of :data:`TRANSITION_FIELDS`, without a batch dimension.
         :returns: its slot.
         """
         batch = {k: np.asarray(v)[None] for k, v in transition.items()}

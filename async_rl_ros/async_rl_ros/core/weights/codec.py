@@ -75,6 +75,7 @@ from typing import Any, Iterable, Mapping
 import zlib
 
 from async_rl_ros.core.config import CodecConfig
+from async_rl_ros.core.records import PolicyState, PolicyStateError
 import numpy as np
 import torch
 
@@ -95,7 +96,6 @@ __all__ = [
     'WeightDecoder',
     'quantize',
     'dequantize',
-    'split_policy_state',
     'encode_policy_state',
 ]
 
@@ -116,7 +116,7 @@ _MAX_ELEMENTS = 2**31 - 1  # largest tensor accepted from the wire (elements)
 
 #: Reasons a packet is rejected for (keys of :attr:`WeightDecoder.rejected`).
 REJECT_REASONS = ('truncated', 'format', 'crc', 'version', 'base_version', 'shape', 'encoding',
-                  'non_finite')
+                  'non_finite', 'extras')
 
 
 class CodecError(ValueError):
@@ -712,27 +712,21 @@ class WeightDecoder:
         out.update({f'codec/rejected_{r}': self.rejected[r] for r in REJECT_REASONS})
         return out
 
-    def policy_state(self) -> dict[str, Any] | None:
+    def policy_state(self, obs_dim: int | None = None) -> PolicyState | None:
         """
-        Return the state in the layout of the learner's policy state.
+        Return the current weights and normalizer statistics as a :class:`PolicyState`.
 
-        That is the layout ``Learner.policy_state`` returns, so a worker loads both alike.
-
-        :returns: ``{'actor': {name: CPU tensor}, 'obs_mean', 'obs_std', 'obs_clip',
-            'version'}`` (normalizer entries only when they were sent), or ``None`` before
-            the first packet.
+        :param obs_dim: the observation width the caller expects (checked when given).
+        :returns: ``None`` before the first packet.
+        :raises CodecError: ``'extras'`` if the statistics are missing or a policy would act
+            with NaN on them (the packet is counted as rejected by the caller's decoder).
         """
         if self.version < 0:
             return None
-        out: dict[str, Any] = {'actor': {k: torch.from_numpy(v.copy())
-                                         for k, v in self._state.items()},
-                               'version': self.version}
-        for key in ('obs_mean', 'obs_std'):
-            if key in self._extras:
-                out[key] = self._extras[key].copy()
-        if 'obs_clip' in self._extras:
-            out['obs_clip'] = float(self._extras['obs_clip'])
-        return out
+        try:
+            return PolicyState.from_parts(self._state, self._extras, self.version, obs_dim)
+        except PolicyStateError as exc:
+            raise CodecError('extras', str(exc)) from None
 
 
 def _diff(a: Mapping[str, tuple], b: Mapping[str, tuple]) -> list[str]:
@@ -741,27 +735,12 @@ def _diff(a: Mapping[str, tuple], b: Mapping[str, tuple]) -> list[str]:
 
 
 # ====================================================================== policy state
-def split_policy_state(state: Mapping[str, Any]
-                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+def encode_policy_state(encoder: WeightEncoder, state: PolicyState) -> WeightPacket:
     """
-    Split ``Learner.policy_state()`` into tensors, extras and version.
-
-    :param state: ``{'actor': state dict, 'obs_mean', 'obs_std', 'obs_clip', 'version'}``.
-    :returns: ``(tensors, extras, version)``; extras are the normalizer entries present.
-    """
-    tensors = _as_float32(state['actor'])
-    extras = {k: np.asarray(state[k], dtype=np.float32)
-              for k in ('obs_mean', 'obs_std', 'obs_clip') if state.get(k) is not None}
-    return tensors, extras, int(state['version'])
-
-
-def encode_policy_state(encoder: WeightEncoder, state: Mapping[str, Any]) -> WeightPacket:
-    """
-    Encode ``Learner.policy_state()`` with :meth:`WeightEncoder.encode`.
+    Encode a learner's policy state with :meth:`WeightEncoder.encode`.
 
     :param encoder: the learner's encoder.
     :param state: the policy state to send.
     :returns: the sealed packet.
     """
-    tensors, extras, version = split_policy_state(state)
-    return encoder.encode(tensors, version, extras)
+    return encoder.encode(state.tensors(), state.version, state.extras())

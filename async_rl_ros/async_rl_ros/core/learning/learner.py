@@ -34,15 +34,16 @@ import math
 import threading
 from typing import Any, Callable, Mapping
 
-from async_rl_ros.core.batch_sizer import BatchSizer, probe_for
-from async_rl_ros.core.checkpoint import (capture_rng_state, CheckpointManager,
-                                          restore_rng_state, unpack_replay_buffer)
 from async_rl_ros.core.config import LearnerConfig
-from async_rl_ros.core.doctor import Doctor, finite_rows, ParamDeltaTracker
-from async_rl_ros.core.networks import PolicyForExport
-from async_rl_ros.core.normalizer import RunningNormalizer
-from async_rl_ros.core.replay import ReplayBuffer
-from async_rl_ros.core.sac import SAC
+from async_rl_ros.core.learning.batch_sizer import BatchSizer, probe_for
+from async_rl_ros.core.learning.checkpoint import (capture_rng_state, CheckpointManager,
+                                                   restore_rng_state, unpack_replay_buffer)
+from async_rl_ros.core.learning.doctor import Doctor, finite_rows, ParamDeltaTracker
+from async_rl_ros.core.learning.networks import PolicyForExport
+from async_rl_ros.core.learning.normalizer import RunningNormalizer
+from async_rl_ros.core.learning.replay import ReplayBuffer
+from async_rl_ros.core.learning.sac import SAC
+from async_rl_ros.core.records import PolicyState
 import numpy as np
 import torch
 
@@ -81,7 +82,7 @@ class Learner:
         self.env_steps = 0           # transitions ingested
         self.rejected_rows = 0       # transitions dropped for non-finite values
         self.updates = 0
-        self._published: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._published: OrderedDict[int, PolicyState] = OrderedDict()
 
     # ------------------------------------------------------------------ data in
     def ingest(self, batch: Mapping[str, np.ndarray]) -> int:
@@ -201,7 +202,7 @@ class Learner:
         x = torch.as_tensor(z, device=self.device).unsqueeze(0)
         return self.sac.actor.act(x, deterministic=deterministic)[0].cpu().numpy()
 
-    def policy_state(self) -> dict[str, Any] | None:
+    def policy_state(self) -> PolicyState | None:
         """
         Return what a worker needs to act: actor weights (CPU), normalizer stats, version.
 
@@ -213,19 +214,19 @@ class Learner:
             mean, std = self.normalizer.stats()
             version = self.policy_version
         actor = {k: v.detach().cpu().clone() for k, v in self.sac.actor.state_dict().items()}
-        state = {'actor': actor, 'obs_mean': mean, 'obs_std': std,
-                 'obs_clip': self.normalizer.clip, 'version': version}
+        state = PolicyState(actor=actor, obs_mean=mean, obs_std=std,
+                            obs_clip=float(self.normalizer.clip), version=version)
         self._published[version] = state
         while len(self._published) > PUBLISHED_KEEP:
             self._published.popitem(last=False)
         return state
 
-    def policy_from_state(self, state: Mapping[str, Any]) -> PolicyForExport:
+    def policy_from_state(self, state: PolicyState) -> PolicyForExport:
         """Rebuild the deterministic CPU policy a worker runs from a :meth:`policy_state`."""
         policy = PolicyForExport(self.obs_dim, self.act_dim, self.sac.cfg.hidden)
-        policy.load_actor_state_dict(state['actor'])
-        policy.set_normalization(torch.as_tensor(state['obs_mean']),
-                                 torch.as_tensor(state['obs_std']), float(state['obs_clip']))
+        policy.load_actor_state_dict(dict(state.actor))
+        policy.set_normalization(torch.as_tensor(state.obs_mean),
+                                 torch.as_tensor(state.obs_std), float(state.obs_clip))
         return policy.eval()
 
     def check_policy_divergence(self, worker_versions: Mapping[int, int]) -> dict[int, float]:
@@ -251,7 +252,7 @@ class Learner:
             cosines = self.doctor.policy_divergence(
                 current(obs).numpy(), {w: p(obs).numpy() for w, p in workers.items()})
         if self.sac.policy_reg_weight > 0.0:
-            self.sac.set_reference_policy(self._published[min(known.values())]['actor'])
+            self.sac.set_reference_policy(dict(self._published[min(known.values())].actor))
         return cosines
 
     def export_policy(self) -> torch.nn.Module:

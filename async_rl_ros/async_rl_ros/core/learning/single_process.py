@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from async_rl_ros.core.evaluation import run_episodes
-from async_rl_ros.core.learner import EpisodeTracker, Learner
-from async_rl_ros.core.metrics import MetricsLogger
+from async_rl_ros.core.learning.evaluation import run_episodes
+from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
+from async_rl_ros.core.learning.metrics import MetricsLogger
 import numpy as np
 
 __all__ = ['train_single_process']

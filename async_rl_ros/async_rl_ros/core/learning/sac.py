@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 import warnings
 
 from async_rl_ros.core.config import ConfigError, SACConfig
-from async_rl_ros.core.networks import Actor, PolicyForExport, TwinQ
+from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
 import torch
 from torch import nn
 

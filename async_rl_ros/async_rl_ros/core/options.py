@@ -1,0 +1,339 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The configuration framework: options with metadata, sections, the ``ros__parameters`` YAML.
+
+A section is a dataclass whose fields are declared with :func:`option`, which records a
+description, a unit and the allowed range or choices in the field's metadata. From that one
+declaration come:
+
+* ``validate()`` -- range, type and choice checks with errors that name the key;
+* the ROS 2 parameter declarations of the nodes (description, ranges, read-only flags);
+* the ``ros__parameters`` YAML loader used by the local runner, so ROS and non-ROS runs read
+  the very same files in ``config/``.
+
+Sections nest: a field whose type is another section becomes a dotted prefix
+(``task.control_hz``), which is also how ROS 2 flattens nested YAML parameters. The sections
+themselves are declared in :mod:`async_rl_ros.core.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from pathlib import Path
+import typing
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+__all__ = ['ConfigError', 'OptionInfo', 'option', 'Section', 'check_box', 'load_yaml_parameters',
+           'load_node_config', 'parameters_markdown', 'INT32_MAX']
+
+_WILDCARD = '/**'
+INT32_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+    def __init__(self, key: str, value: Any, allowed: str, source: str | None = None):
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+        self.source = source
+        where = f'{source}: ' if source else ''
+        super().__init__(f'{where}{key} = {value!r} is not allowed ({allowed})')
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionInfo:
+    """What :func:`option` records about one field (read by validators and the ROS layer)."""
+
+    doc: str
+    unit: str = ''
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple[Any, ...] | None = None
+    length: int | None = None
+    read_only: bool = False
+
+    def allowed(self) -> str:
+        """Describe the allowed values in words, for error messages and parameter docs."""
+        parts = []
+        if self.choices is not None:
+            parts.append('one of ' + ', '.join(repr(c) for c in self.choices))
+        if self.low is not None:
+            parts.append(('> ' if self.low_open else '>= ') + _number(self.low))
+        if self.high is not None:
+            parts.append('<= ' + _number(self.high))
+        if self.length is not None:
+            parts.append(f'exactly {self.length} numbers')
+        return ' and '.join(parts) if parts else 'any value of the declared type'
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f'{x:g}'
+
+
+def option(default: Any, doc: str, *, unit: str = '', low: float | None = None,
+           high: float | None = None, low_open: bool = False,
+           choices: typing.Sequence[Any] | None = None, length: int | None = None,
+           read_only: bool = False) -> Any:
+    """
+    Declare a configuration field.
+
+    :param default: default value (lists are copied per instance).
+    :param doc: one-sentence description; it becomes the ROS parameter description.
+    :param unit: physical unit shown in docs (``rad``, ``m/s``, ``Hz`` ...).
+    :param low: smallest allowed value (inclusive unless ``low_open``), per element for lists.
+    :param high: largest allowed value (inclusive), per element for lists.
+    :param low_open: make ``low`` exclusive (for quantities that must be strictly positive).
+    :param choices: the closed set of allowed values.
+    :param length: required length of a list value.
+    :param read_only: structural setting that cannot change once a node runs.
+    """
+    info = OptionInfo(doc=doc, unit=unit, low=low, high=high, low_open=low_open,
+                      choices=tuple(choices) if choices is not None else None,
+                      length=length, read_only=read_only)
+    if isinstance(default, list):
+        frozen = list(default)
+        return dataclasses.field(default_factory=lambda: list(frozen),
+                                 metadata={'option': info})
+    return dataclasses.field(default=default, metadata={'option': info})
+
+
+def _is_section_type(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, Section)
+
+
+class Section:
+    """Base class of every configuration dataclass."""
+
+    # ------------------------------------------------------------------ introspection
+    @classmethod
+    def _fields(cls) -> dict[str, tuple[dataclasses.Field, Any]]:
+        hints = typing.get_type_hints(cls)
+        return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def options(cls, prefix: str = '') -> Iterator[tuple[str, Any, OptionInfo, Any]]:
+        """Yield ``(dotted_name, type, info, default)`` for every leaf option, depth first."""
+        for name, (f, tp) in cls._fields().items():
+            if _is_section_type(tp):
+                yield from tp.options(prefix + name + '.')
+                continue
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            yield prefix + name, tp, f.metadata['option'], default
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any], source: str | None = None,
+                  prefix: str = '') -> 'Section':
+        """
+        Build a section from dotted keys, check it and return it.
+
+        Unknown keys raise :class:`ConfigError` naming the closest known key.
+        """
+        known = {name for name, *_ in cls.options()}
+        for key in values:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f'did you mean {prefix + close[0]!r}?' if close else \
+                    'known keys: ' + ', '.join(sorted(known))
+                raise ConfigError(prefix + key, values[key], 'unknown key; ' + hint, source)
+        obj = cls._build(values, source, prefix)
+        obj.validate(source=source, prefix=prefix)
+        return obj
+
+    @classmethod
+    def _build(cls, values: Mapping[str, Any], source: str | None, prefix: str) -> 'Section':
+        kwargs = {}
+        for name, (f, tp) in cls._fields().items():
+            if _is_section_type(tp):
+                sub = {k[len(name) + 1:]: v for k, v in values.items()
+                       if k.startswith(name + '.')}
+                kwargs[name] = tp._build(sub, source, prefix + name + '.')
+            elif name in values:
+                kwargs[name] = _coerce(values[name], tp, prefix + name, source)
+        return cls(**kwargs)  # type: ignore[call-arg]
+
+    def to_flat(self, prefix: str = '') -> dict[str, Any]:
+        """Return every leaf option as ``{dotted_name: value}``."""
+        out: dict[str, Any] = {}
+        for name, (_, tp) in self._fields().items():
+            value = getattr(self, name)
+            if _is_section_type(tp):
+                out.update(value.to_flat(prefix + name + '.'))
+            else:
+                out[prefix + name] = list(value) if isinstance(value, (list, tuple)) else value
+        return out
+
+    def replace(self, **flat: Any) -> 'Section':
+        """Return a validated copy with some dotted keys changed."""
+        merged = self.to_flat()
+        merged.update(flat)
+        return type(self).from_flat(merged)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, source: str | None = None, prefix: str = '') -> None:
+        """Check every option against its declared range, then the section's own rules."""
+        for name, (f, tp) in self._fields().items():
+            value = getattr(self, name)
+            if _is_section_type(tp):
+                value.validate(source, prefix + name + '.')
+                continue
+            info: OptionInfo = f.metadata['option']
+            key = prefix + name
+            _coerce(value, tp, key, source)
+            items = value if isinstance(value, (list, tuple)) else [value]
+            if info.length is not None and len(items) != info.length:
+                raise ConfigError(key, value, info.allowed(), source)
+            for item in items:
+                if info.choices is not None and item not in info.choices:
+                    raise ConfigError(key, value, info.allowed(), source)
+                if isinstance(item, (int, float)) and not isinstance(item, bool):
+                    bad_low = info.low is not None and (
+                        item <= info.low if info.low_open else item < info.low)
+                    bad_high = info.high is not None and item > info.high
+                    if not math.isfinite(item) or bad_low or bad_high:
+                        raise ConfigError(key, value, info.allowed(), source)
+        self.check(source, prefix)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Cross-field rules of a section; override and raise :class:`ConfigError`."""
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str | None) -> Any:
+    """Convert a YAML/ROS value to the declared type or raise a :class:`ConfigError`."""
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(key, value, 'a list of numbers', source)
+        return [_coerce(v, float, key, source) for v in value]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, value, 'true or false', source)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, value, 'an integer', source)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, value, 'a number', source)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, value, 'a string', source)
+        return value
+    raise TypeError(f'unsupported option type {tp!r} for {key}')
+
+
+def check_box(low: list[float], high: list[float], key: str, source: str | None) -> None:
+    for axis, lo, hi in zip('xyz', low, high):
+        if lo >= hi:
+            raise ConfigError(f'{key}_low[{axis}]', lo, f'< {key}_high[{axis}] = {hi}', source)
+
+
+# ====================================================================== YAML
+def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name + '.'))
+        else:
+            out[name] = value
+    return out
+
+
+def load_yaml_parameters(path: str | Path) -> dict[str, dict[str, Any]]:
+    """
+    Read a ROS 2 parameter file into ``{node_name: {dotted_key: value}}``.
+
+    The file must have the ``node_name: {ros__parameters: {...}}`` layout that
+    ``ros2 run ... --params-file`` accepts; nested mappings are flattened with dots.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding='utf-8')
+    except OSError as exc:
+        raise ConfigError('config', source, f'a readable file ({exc.strerror})') from None
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError('config', source, f'valid YAML ({exc})') from None
+    if not isinstance(tree, Mapping):
+        raise ConfigError('<top level>', type(tree).__name__,
+                          'a mapping of node names to {ros__parameters: ...}', source)
+    nodes: dict[str, dict[str, Any]] = {}
+    for node, body in tree.items():
+        if not isinstance(body, Mapping) or set(body) != {'ros__parameters'}:
+            raise ConfigError(str(node), body, 'a mapping with the single key ros__parameters',
+                              source)
+        params = body['ros__parameters'] or {}
+        if not isinstance(params, Mapping):
+            raise ConfigError(f'{node}.ros__parameters', params, 'a mapping of parameters',
+                              source)
+        nodes[str(node).lstrip('/')] = _flatten(params)
+    return nodes
+
+
+def load_node_config(path: str | Path | None, node: str, cls: type[Section],
+                     overrides: Mapping[str, Any] | None = None) -> Section:
+    """
+    Load the section of ``node`` from a parameter file, merged over ``/**`` defaults.
+
+    :param path: a ``ros__parameters`` YAML file, or ``None`` for the defaults.
+    :param node: node name whose ``ros__parameters`` apply (e.g. ``env_worker``).
+    :param cls: the :class:`Section` subclass to build.
+    :param overrides: dotted keys that win over the file (command-line settings).
+    """
+    values: dict[str, Any] = {}
+    source = str(path) if path is not None else None
+    if path is not None:
+        nodes = load_yaml_parameters(path)
+        wildcard = nodes.get(_WILDCARD.lstrip('/'), {})
+        known = {name for name, *_ in cls.options()}
+        # Wildcard parameters are shared by every node: keep the ones this node knows.
+        values.update({k: v for k, v in wildcard.items() if k in known})
+        values.update(nodes.get(node, {}))
+    values.update(overrides or {})
+    prefix = f'{node}.'
+    return cls.from_flat(values, source=source, prefix=prefix)
+
+
+def parameters_markdown(sections: Mapping[str, type[Section]]) -> str:
+    """
+    Render the parameter reference (``docs/parameters.md``) from the dataclasses.
+
+    :param sections: node name -> the :class:`Section` its ``ros__parameters`` fill.
+    """
+    lines = ['# Parameters', '',
+             'Generated from `async_rl_ros/core/config.py` by '
+             '`python -m async_rl_ros.core.config`; do not edit by hand.', '']
+    for node, cls in sections.items():
+        lines += [f'## `{node}`', '', (cls.__doc__ or '').strip().splitlines()[0], '',
+                  '| parameter | default | unit | allowed | description |',
+                  '|---|---|---|---|---|']
+        for name, _, info, default in cls.options():
+            flag = ' (read-only)' if info.read_only else ''
+            lines.append(f'| `{name}` | `{default}` | {info.unit or "-"} | {info.allowed()} '
+                         f'| {info.doc}{flag} |')
+        lines.append('')
+    return '\n'.join(lines)
