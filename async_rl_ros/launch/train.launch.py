@@ -210,8 +210,7 @@ def _launch_setup(context) -> list:
         load_node_config(config, 'env_worker', EnvWorkerConfig, overrides)
         params = dict(sections.get('env_worker', {}))
         params.update(transport_params, worker_id=worker_id,
-                      hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
-                      warmup_steps=learner_cfg.warmup_steps // len(fleet), **overrides)
+                      hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes], **overrides)
         entities += _lifecycle_worker(worker_id, params)
     learner_params = dict(sections.get('learner', {}))
     learner_params.update(transport_params, **learner_overrides)

@@ -78,16 +78,16 @@ def test_weights_from_a_learner_are_used_and_stamped(env, tmp_path):
     assert learner.ingest(batch) == 8
 
 
-def test_warmup_acts_randomly_even_with_weights(env, tmp_path):
+def test_random_actions_until_the_first_policy_then_the_policy_at_once(env, tmp_path):
     cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
                                      'checkpoint.directory': str(tmp_path)})
     state = Learner(cfg, 21, 6).policy_state()
-    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=10, warmup_steps=10)
-    worker.load_policy(dataclasses.replace(state, version=1))
+    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=10)
     first = next(b for b in iter(worker.step, 'never') if b is not None)
+    worker.load_policy(dataclasses.replace(state, version=1))
     second = next(b for b in iter(worker.step, 'never') if b is not None)
     assert np.all(first['policy_version'] == NO_POLICY)
-    assert np.all(second['policy_version'] == 1)
+    assert np.all(second['policy_version'] == 1)  # no warm-up of its own (a respawn)
 
 
 def test_pacer_pauses_only_while_ahead_of_the_learner():
@@ -110,5 +110,15 @@ def test_learner_wants_learning_starts_then_one_transition_per_update(tmp_path):
     assert learner.env_steps_wanted(slack=100) == 600
     learner.updates = 50
     assert learner.env_steps_wanted(slack=100) == 500 + 100 + 100  # 2 transitions per update
-    # The runner's cap on updates per transition wins when it is the smaller ratio.
-    assert learner.env_steps_wanted(slack=0, max_update_ratio=0.25) == 500 + 200
+
+
+def test_a_resumed_learner_without_its_replay_wants_the_refill(tmp_path):
+    # Resumed from a checkpoint without the replay buffer: counters say 11,456 transitions, the
+    # replay is empty. The workers must be allowed the 500 it needs before updates can start.
+    cfg = LearnerConfig().replace(**{
+        'learning_starts': 500, 'batch.initial_batch': 64, 'updates_per_step': 0.5,
+        'checkpoint.directory': str(tmp_path)})
+    learner = Learner(cfg, 21, 6)
+    learner.env_steps, learner.updates = 11_456, 100
+    assert not learner.ready()
+    assert learner.env_steps_wanted(slack=0) == 11_456 + 500

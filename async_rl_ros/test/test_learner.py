@@ -18,6 +18,7 @@ from async_rl_ros.core.config import LearnerConfig
 from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.learning.single_process import train_single_process
+from async_rl_ros.core.workers.inline import PolicyEvaluator
 import numpy as np
 import pytest
 import torch
@@ -130,13 +131,18 @@ def test_single_process_training_learns_the_reach_task_a_little(tmp_path):
     """A short run must move the flange closer to targets than random actions do."""
     from async_rl_ros.envs.reach_env import make_reach_env
     cfg = tiny_config(tmp_path, **{'sac.hidden_sizes': [64, 64], 'learning_starts': 500,
-                                   'warmup_steps': 500, 'batch.initial_batch': 128})
+                                   'warmup_steps': 500, 'batch.initial_batch': 128,
+                                   'eval_every': 1500})
     env, eval_env = make_reach_env(), make_reach_env()
     learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
     logger = MetricsLogger(tmp_path / 'tb')
-    train_single_process(learner, env, 3000, logger=logger, eval_env=eval_env,
-                         eval_every=3000, eval_episodes=5)
+    loop = train_single_process(learner, env, 3000, logger=logger,
+                                evaluator=PolicyEvaluator(eval_env, (64, 64), 5))
     logger.close()
+    assert learner.env_steps == 3000 and learner.updates == 3000 - 500 + 1
+    assert [e.env_steps for e in loop.evaluations] == [1500, 3000]  # every eval_every steps
+    best = max(loop.evaluations, key=lambda e: e.stats.success_rate)
+    assert loop.best_evaluation.stats.success_rate == best.stats.success_rate
     assert list((tmp_path / 'tb').glob('events.out.tfevents.*'))
     returns = [v for _, v in logger.history['charts/episodic_return']]
     assert len(returns) == 30

@@ -23,22 +23,46 @@ import time
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.learning.evaluation import run_episodes
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.learning.loop import TrainingLoop
+from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.envs.reach_env import make_reach_env
-from async_rl_ros.local.runner import LocalRunner
+from async_rl_ros.local.runner import LocalTransport
 import numpy as np
 import psutil
 import pytest
 import torch
 
 
-def configs(tmp_path, mode: str, steps: int, hidden=(32, 32), **runner):
-    learner = LearnerConfig().replace(**{
+def configs(tmp_path, mode: str, steps: int, hidden=(32, 32), learner=None, **runner):
+    learner_cfg = LearnerConfig().replace(**{
         'sac.hidden_sizes': list(hidden), 'batch.initial_batch': 64, 'batch.min_batch': 8,
         'learning_starts': 256, 'warmup_steps': 256, 'total_env_steps': steps,
-        'replay.capacity': 50_000, 'checkpoint.directory': str(tmp_path / 'ckpt')})
+        'replay.capacity': 50_000, 'checkpoint.directory': str(tmp_path / 'ckpt'),
+        **(learner or {})})
     runner = LocalRunnerConfig().replace(mode=mode, num_workers=2, transition_batch=32,
                                          **{'parameter_server.commit_every': 4, **runner})
-    return EnvWorkerConfig(), learner, runner
+    return EnvWorkerConfig(), learner_cfg, runner
+
+
+class Run:
+    """A learner, the local transport and the training loop, as ``async-rl-train`` wires them."""
+
+    def __init__(self, env_cfg, learner_cfg, runner_cfg):
+        self.learner = Learner(learner_cfg, 21, 6)
+        self.transport = LocalTransport(env_cfg, learner_cfg, runner_cfg,
+                                        self.learner.policy_state())
+        self.loop = TrainingLoop(self.learner, self.transport, self.transport,
+                                 commit_every=runner_cfg.parameter_server.commit_every,
+                                 logger=MetricsLogger(), stats_interval_s=0.5)
+
+    def run(self, should_stop=lambda: False):
+        self.transport.start(self.learner)
+        try:
+            self.loop.run(should_stop)
+        finally:
+            self.transport.shutdown()
+        return self
 
 
 @pytest.fixture(autouse=True)
@@ -49,23 +73,19 @@ def _one_thread():
 @pytest.mark.parametrize('mode', ['async', 'sync'])
 def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
     """Both modes learn a little on a tiny budget (better than random actions)."""
-    runner = LocalRunner(*configs(tmp_path, mode, 3000, hidden=(64, 64)))
-    episodes = []
-    runner.run(on_tick=lambda run: episodes.extend(run.take_episode_metrics()))
-    episodes.extend(runner.take_episode_metrics())
-    learner = runner.learner
+    run = Run(*configs(tmp_path, mode, 3000, hidden=(64, 64))).run()
+    learner, transport = run.learner, run.transport
     assert learner.env_steps >= 3000
     assert learner.updates > 0 and learner.policy_version > 0
-    assert runner.server.version == learner.policy_version  # commits went through the server
-    versions = {int(s['policy_version']) for s in runner.worker_stats.values()}
-    assert max(versions) >= 1  # workers decoded the board's packets and act with them
-    metrics = runner.metrics()
+    versions = {int(s['policy_version']) for s in transport.worker_stats.values()}
+    assert max(versions) >= 1  # workers decoded the published packets and act with them
+    metrics = transport.metrics()
     assert metrics['transport/rejected_packets'] == 0
-    assert metrics['charts/transition_lag_p50'] <= metrics['charts/transition_lag_max']
+    lags = run.loop.lag_percentiles()
+    assert lags['charts/transition_lag_p50'] <= lags['charts/transition_lag_max']
     if mode == 'sync':
-        assert metrics['charts/policy_lag_max'] <= 1.0
-        assert metrics['charts/transition_lag_max'] <= 1.0  # lockstep: at most one behind
-    assert len(episodes) >= 20  # the workers reported their episodes
+        assert lags['charts/transition_lag_max'] <= 1.0  # lockstep: at most one behind
+    assert run.loop.episodes >= 20  # the workers reported their episodes
     # The trained policy reaches better than random actions on the same 10 episodes.
     env = make_reach_env()
     try:
@@ -75,63 +95,88 @@ def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
     finally:
         env.close()
     assert np.mean(trained.returns) > np.mean(random.returns), (trained.returns, random.returns)
-    assert all(not h.process.is_alive() for h in runner.workers.values())
+    assert all(not h.process.is_alive() for h in transport.workers.values())
 
 
 @pytest.mark.parametrize('ratio', [0.25, 1.0])
 def test_async_workers_keep_to_the_update_to_data_ratio(tmp_path, ratio):
     """Free-running workers would send 100x what the learner uses; the limit holds them."""
-    env_cfg, learner_cfg, runner_cfg = configs(tmp_path, 'async', 2500, rate_limit_slack=300)
-    learner_cfg = learner_cfg.replace(updates_per_step=ratio)
-    runner = LocalRunner(env_cfg, learner_cfg, runner_cfg)
-    runner.run()
-    learner = runner.learner
-    in_flight = runner.num_workers * runner_cfg.transition_batch  # checked, then one batch
+    env_cfg, learner_cfg, runner_cfg = configs(
+        tmp_path, 'async', 2500, learner={'rate_limit_slack': 300, 'updates_per_step': ratio,
+                                          'max_updates_per_step': 1.0})
+    run = Run(env_cfg, learner_cfg, runner_cfg).run()
+    learner = run.learner
+    in_flight = run.transport.num_workers * runner_cfg.transition_batch  # checked, then sent
     assert learner.env_steps >= 2500
     starts = 256  # learning_starts: the first update comes after these transitions
     assert learner.updates >= ratio * (learner.env_steps - starts - 300 - in_flight) - 1
-    assert learner.updates <= runner_cfg.max_update_ratio * learner.env_steps
+    assert learner.updates <= learner_cfg.max_updates_per_step * (learner.env_steps - starts + 1)
+
+
+def test_a_slow_source_gets_up_to_max_updates_per_step(tmp_path):
+    """Data arriving slower than the learner can use it: the learner runs up to its cap."""
+    env_cfg, learner_cfg, runner_cfg = configs(
+        tmp_path, 'async', 1200, learner={'updates_per_step': 1.0, 'max_updates_per_step': 3.0})
+    run = Run(env_cfg, learner_cfg, runner_cfg.replace(num_workers=1))
+    arrived, pending = run.transport.take, []
+
+    def take():  # slower than the learner: the next batch only once it has caught up
+        pending.extend(arrived())
+        return [pending.pop(0)] if pending and not run.loop.owes_update() else []
+
+    run.transport.take = take
+    run.run()
+    learner = run.learner
+    ratio = learner.updates / (learner.env_steps - 256)
+    assert 2.5 < ratio <= 3.0 + 1e-9  # well above updates_per_step, never above the cap
 
 
 def test_rate_limit_slack_zero_lets_workers_run_free(tmp_path):
-    runner = LocalRunner(*configs(tmp_path, 'async', 4000, rate_limit_slack=0))
-    runner.run()
-    assert runner.allowance.value >= 2**62
-    assert runner.metrics()['transport/rate_limited'] == 0.0
+    run = Run(*configs(tmp_path, 'async', 4000, learner={'rate_limit_slack': 0})).run()
+    assert run.transport.shared.allowance.value >= 2**62
+    assert run.transport.metrics()['transport/rate_limited'] == 0.0
 
 
 def test_a_physical_arm_gets_exactly_one_worker(tmp_path):
-    _, learner, runner = configs(tmp_path, 'async', 1000)
+    _, learner_cfg, runner = configs(tmp_path, 'async', 1000)
     real = EnvWorkerConfig().replace(backend='ur5')
+    learner = Learner(learner_cfg, 21, 6)
     with pytest.raises(ConfigError, match='exactly 1 with backend ur5'):
-        LocalRunner(real, learner, runner)
+        LocalTransport(real, learner_cfg, runner, learner.policy_state())
 
 
-def test_a_killed_worker_is_respawned_and_training_continues(tmp_path):
-    runner = LocalRunner(*configs(tmp_path, 'async', 10**9))
+def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path):
+    run = Run(*configs(tmp_path, 'async', 10**9))
     stop = threading.Event()
-    thread = threading.Thread(target=runner.run, kwargs={'should_stop': stop.is_set})
+    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
     thread.start()
+    transport = run.transport
     try:
         deadline = time.monotonic() + 120
-        while runner.learner.env_steps < 300 and time.monotonic() < deadline:
+        while run.learner.policy_version < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
-        victim = runner.workers[0].process
+        victim = transport.workers[0].process
         victim.kill()
         killed = time.monotonic()
-        while runner.respawns == 0 and time.monotonic() - killed < 5.0:
+        while transport.respawns == 0 and time.monotonic() - killed < 5.0:
             time.sleep(0.05)
-        assert runner.respawns == 1 and time.monotonic() - killed < 5.0
-        assert runner.workers[0].process.pid != victim.pid
-        steps = runner.learner.env_steps
-        while runner.learner.env_steps < steps + 500 and time.monotonic() < deadline:
+        assert transport.respawns == 1 and time.monotonic() - killed < 5.0
+        assert transport.workers[0].process.pid != victim.pid
+        steps = run.learner.env_steps
+        while run.learner.env_steps < steps + 500 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert runner.learner.env_steps >= steps + 500
+        assert run.learner.env_steps >= steps + 500
+        # The respawned worker acts with a policy, not with a warm-up of its own.
+        while (transport.worker_stats.get(0, {}).get('restarts') != 1
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        stats = transport.worker_stats[0]
+        assert stats['restarts'] == 1 and stats['policy_version'] >= 1
     finally:
         stop.set()
         thread.join(timeout=60)
     assert not thread.is_alive()
-    assert all(not h.process.is_alive() for h in runner.workers.values())
+    assert all(not h.process.is_alive() for h in transport.workers.values())
 
 
 @pytest.mark.skipif(sys.platform == 'win32', reason='POSIX signals')

@@ -74,7 +74,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
     assert 'resumed from' in err and 'at 300 env steps' in err
-    assert re.search(r'^env steps\s+500$', out, re.MULTILINE), out
+    assert re.search(r'^env steps, updates\s+500, ', out, re.MULTILINE), out
 
 
 @pytest.mark.skipif(sys.platform == 'win32', reason='POSIX signals')

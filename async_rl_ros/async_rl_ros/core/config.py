@@ -542,10 +542,19 @@ class LearnerConfig(Section):
     warmup_steps: int = option(5000, 'Env steps acted with uniform random actions before the '
                                'policy takes over.', unit='steps', low=0, high=INT32_MAX)
     updates_per_step: float = option(1.0, 'Gradient updates per env step (update-to-data '
-                                     'ratio): single-process and sync training do this many; '
-                                     'async training holds the learner near it with the '
-                                     'worker rate limit.', low=0.0, high=64.0,
-                                     low_open=True)
+                                     'ratio) the learner keeps up with: single-process and '
+                                     'sync training do exactly this many; free-running '
+                                     'workers are rate-limited so that the learner never '
+                                     'falls below it.', low=0.0, high=64.0, low_open=True)
+    max_updates_per_step: float = option(1.0, 'Most gradient updates per env step when data '
+                                         'arrives slower than the learner can use it (a '
+                                         'physical arm): the learner then runs up to this '
+                                         'ratio; at least updates_per_step.', low=0.0,
+                                         high=64.0, low_open=True)
+    rate_limit_slack: int = option(2000, 'Transitions free-running simulated workers may run '
+                                   'ahead of updates_per_step before they pause (they skip '
+                                   'stepping, never wait for a reply; real arms never pause); '
+                                   '0: no limit.', unit='transitions', low=0, high=10**9)
     total_env_steps: int = option(100_000, 'Training budget.', unit='steps', low=1,
                                   high=10**12)
     eval_every: int = option(10_000, 'Env steps between deterministic evaluations (0: none).',
@@ -559,25 +568,27 @@ class LearnerConfig(Section):
     batch: BatchSizerConfig = dataclasses.field(default_factory=BatchSizerConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
 
+    def check(self, source: str | None, prefix: str) -> None:
+        """Refuse an update-to-data cap below the ratio the learner keeps up with."""
+        if self.max_updates_per_step < self.updates_per_step:
+            raise ConfigError(f'{prefix}max_updates_per_step', self.max_updates_per_step,
+                              f'>= updates_per_step = {self.updates_per_step}', source)
+
 
 @dataclasses.dataclass
 class LocalRunnerConfig(Section):
     """The no-ROS runner's processes and transport (section ``local_runner``)."""
 
-    mode: str = option('async', 'async: workers never wait for the learner; sync: lockstep '
-                       'rounds (the baseline).', choices=('async', 'sync'))
+    mode: str = option('async', 'async: worker processes never wait for the learner; sync: '
+                       'the same in lockstep rounds (the baseline); single: the learner steps '
+                       'one environment itself (the reference SAC loop).',
+                       choices=('async', 'sync', 'single'))
     num_workers: int = option(0, 'Env worker processes (0: physical cores - 1, at least 1).',
                               low=0, high=1024)
     transition_batch: int = option(64, 'Transitions per message from a worker.',
                                    unit='transitions', low=1, high=65536)
     queue_batches: int = option(256, 'Messages the transition queue holds before workers drop '
                                 'batches (they never wait).', low=1, high=1_000_000)
-    max_update_ratio: float = option(1.0, 'Async mode: at most this many updates per '
-                                     'transition received.', low=0.0, high=64.0, low_open=True)
-    rate_limit_slack: int = option(2000, 'Async mode: transitions the workers may run ahead '
-                                   'of learner.updates_per_step before they pause (they never '
-                                   'wait for a reply, only skip stepping); 0: no limit.',
-                                   unit='transitions', low=0, high=10**9)
     board_bytes: int = option(8 << 20, 'Shared-memory size of the weights board.', unit='B',
                               low=1 << 16, high=1 << 31)
     stats_interval_s: float = option(2.0, 'Seconds between metric reports.', unit='s',
@@ -593,12 +604,6 @@ class RosTransportConfig(Section):
 
     transition_batch: int = option(64, 'Transitions per TransitionBatch message from a worker.',
                                    unit='transitions', low=1, high=65536)
-    max_update_ratio: float = option(1.0, 'At most this many learner updates per transition '
-                                     'received.', low=0.0, high=64.0, low_open=True)
-    rate_limit_slack: int = option(2000, 'Transitions simulated workers may run ahead of '
-                                   'learner.updates_per_step before they pause (real arms never '
-                                   'pause for it); 0: no limit.', unit='transitions', low=0,
-                                   high=10**9)
     max_raw_batches: int = option(1024, 'Received batches queued for preprocessing before the '
                                   'oldest is dropped (subscriptions never block).', low=1,
                                   high=1_000_000)

@@ -32,7 +32,7 @@ from async_rl_ros.core.learning.evaluation import run_episodes
 import numpy as np
 import yaml
 
-__all__ = ['main', 'default_config_path', 'parse_overrides', 'print_table']
+__all__ = ['main', 'default_config_path', 'parse_overrides', 'print_table', 'summary_rows']
 
 EXIT_CONFIG_ERROR = 2
 
@@ -71,6 +71,37 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     print('-' * (width + 24))
     for name, value in rows:
         print(f'{name:<{width}}  {value}')
+
+
+def summary_rows(summary: dict[str, Any], evaluation: Any) -> list[tuple[str, str]]:
+    """Return the end-of-run table from ``summary.json``'s data and the final evaluation."""
+    s = summary
+    workers = f", worker processes: {s['workers']}" if 'workers' in s else ''
+    rows = [('mode', f"{s['mode']}{workers}"),
+            ('env steps, updates', f"{s['env_steps']}, {s['updates']}"),
+            ('wall time', f"{s['wall_time_s']:.0f} s"),
+            ('samples/s, updates/s', f"{s['samples_per_s']:.0f}, {s['updates_per_s']:.1f}"),
+            ('stopped early (Ctrl-C)', 'yes' if s.get('interrupted') else 'no')]
+    if 'transition_lag_p50' in s:
+        rows.append(('policy lag p50 / p99 / max', ' / '.join(
+            f"{s[f'transition_lag_{k}']:.0f}" for k in ('p50', 'p99', 'max')) + ' versions'))
+    if 'dropped_batches' in s:
+        rows.append(('dropped batches, rejected packets, respawns',
+                     f"{s['dropped_batches']}, {s['rejected_packets']}, {s['respawns']}"))
+    if s.get('weights_reduction') is not None:
+        rows.append(('weights received, bytes vs fp32',
+                     f"{s['weights_packets']} packets, {100 * s['weights_reduction']:.1f} % "
+                     'fewer bytes'))
+    rows += [(f'eval {name}', value) for name, value in evaluation.rows()[:5]]
+    if 'exported_policy_version' in s:
+        rows.append(('exported policy', f"version {s['exported_policy_version']} (evaluated "
+                     f"{100 * s['exported_policy_success_rate']:.0f} % at "
+                     f"{s['exported_policy_env_steps']} env steps)"))
+    rows += [('checkpoint', s['checkpoint']), ('policy (TorchScript)', s['policy']),
+             ('learning curve', s['learning_curve']),
+             ('summary', str(Path(s['policy']).parent / 'summary.json')),
+             ('TensorBoard', f"tensorboard --logdir {Path(s['policy']).parent}")]
+    return rows
 
 
 def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -135,7 +166,7 @@ def _load(args: argparse.Namespace
         if args.workers < 1:
             raise ConfigError('--workers', args.workers, '>= 1')
         overrides['local_runner']['num_workers'] = args.workers
-    if args.mode not in (None, 'single'):
+    if args.mode is not None:
         overrides['local_runner']['mode'] = args.mode
     env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides['env_worker'])
     learner_cfg = load_node_config(path, 'learner', LearnerConfig, overrides['learner'])
@@ -151,24 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config_path, env_cfg, learner_cfg, runner_cfg = _load(args)
         if args.policy == 'sac':
-            from async_rl_ros.local.train import train, train_local
-            if args.mode == 'single':
-                result = train(env_cfg, learner_cfg, resume=args.resume, progress=progress,
-                               eval_episodes=args.episodes)
-            else:
-                result = train_local(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
-                                     progress=progress, eval_episodes=args.episodes)
-            rows = [('env steps', f'{result.env_steps}'), ('updates', f'{result.updates}'),
-                    ('wall time', f'{result.seconds:.0f} s'),
-                    ('stopped early (Ctrl-C)', 'yes' if result.interrupted else 'no')]
-            rows += list(result.transport.items())
-            rows += [(f'eval {name}', value) for name, value in result.evaluation.rows()[:5]]
-            rows += [('checkpoint', result.checkpoint), ('policy (TorchScript)',
-                                                         str(result.policy)),
-                     ('learning curve', str(result.curve)),
-                     ('TensorBoard', f'tensorboard --logdir {result.log_dir}')]
-            mode = 'single process' if args.mode == 'single' else runner_cfg.mode
-            print_table(f'UR5 reach, SAC {mode} (config: {config_path})', rows)
+            from async_rl_ros.local.train import train
+            mode = runner_cfg.mode
+            result = train(env_cfg, learner_cfg, runner_cfg, mode=mode, resume=args.resume,
+                           progress=progress, eval_episodes=args.episodes)
+            print_table(f'UR5 reach, SAC {mode} (config: {config_path})',
+                        summary_rows(result.summary, result.evaluation))
             return 0
         from async_rl_ros.envs.reach_env import UR5ReachEnv
         from async_rl_ros.envs.scripted import ScriptedReachPolicy

@@ -13,11 +13,14 @@
 # limitations under the License.
 
 """
-Training runs -- single process, or env-worker processes -- and what a run leaves behind.
+Training runs without ROS: the training loop driven in one process or with worker processes.
 
-TensorBoard logs, a progress bar, periodic and final atomic checkpoints, the learning-curve
-PNG and the deterministic policy exported as TorchScript, all under ``log_dir``. Ctrl-C stops
-the run (every process) and still writes the final checkpoint and artifacts.
+``single``: the learner steps one environment itself (:class:`InlineWorker`), evaluating
+snapshots inline. ``async`` / ``sync``: env-worker processes (:class:`LocalTransport`) and an
+evaluator process. Either way the same :class:`TrainingLoop` trains and the same artifacts
+come out under ``learner.log_dir``: TensorBoard logs, checkpoints, ``policy.pt`` (the best
+evaluated policy), ``learning_curve.png`` and ``summary.json``. Ctrl-C stops the run (every
+process) and still writes the final checkpoint and artifacts.
 """
 
 from __future__ import annotations
@@ -30,31 +33,30 @@ import time
 from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
-from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
+from async_rl_ros.core.learning.artifacts import finish_run, RunResult
+from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.learning.learner import Learner
-from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
-from async_rl_ros.core.learning.single_process import train_single_process
-from async_rl_ros.local.runner import default_num_workers
-import numpy as np
+from async_rl_ros.core.learning.loop import TrainingLoop
+from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.workers.inline import InlineWorker, PolicyEvaluator
+from async_rl_ros.core.workers.runtime import build_worker
 import torch
 
-__all__ = ['TrainResult', 'train', 'train_local']
+__all__ = ['TrainResult', 'train']
 
 
 @dataclasses.dataclass
 class TrainResult:
-    """What a training run produced."""
+    """What a training run produced (the files are described in :mod:`artifacts`)."""
 
-    env_steps: int
-    updates: int
-    seconds: float
+    run: RunResult
     evaluation: EpisodeStats
-    checkpoint: str
-    policy: Path
-    curve: Path
-    log_dir: Path
     interrupted: bool
-    transport: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Return the data of ``summary.json``."""
+        return self.run.summary
 
 
 class _StopFlag:
@@ -77,175 +79,100 @@ class _StopFlag:
         signal.signal(signal.SIGINT, self._previous)
 
 
-def _finish(learner: Learner, eval_env: Any, logger: MetricsLogger, log_dir: Path,
-            title: str, episodes: int) -> tuple[str, Path, EpisodeStats, Path]:
-    """Write the final checkpoint, the TorchScript policy, the evaluation and the curve."""
-    checkpoint = learner.save_checkpoint()
-    policy_path = log_dir / 'policy.pt'
-    log_dir.mkdir(parents=True, exist_ok=True)
-    scripted = torch.jit.script(learner.export_policy())
-    tmp = policy_path.with_suffix('.pt.tmp')
-    scripted.save(str(tmp))
-    tmp.replace(policy_path)  # atomic: a deployed policy is never half written
-    evaluation = run_episodes(eval_env, lambda o: learner.act(o, deterministic=True),
-                              episodes, seed=1_000_000)
-    logger.log({'eval/success_rate': evaluation.success_rate,
-                'eval/final_distance': evaluation.mean_final_distance,
-                'eval/episodic_return': float(np.mean(evaluation.returns))},
-               learner.env_steps)
-    curve = plot_learning_curve(logger.history, log_dir / 'learning_curve.png', title=title)
-    logger.close()
-    return checkpoint, policy_path, evaluation, curve
-
-
 def _resume(learner: Learner, resume: bool) -> None:
     if resume and learner.resume() is not None:
         print(f'resumed from {learner.checkpoints.latest()} at {learner.env_steps} env steps',
               file=sys.stderr)
 
 
-def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
-          progress: bool = True, eval_episodes: int | None = None) -> TrainResult:
+def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
+          runner_cfg: LocalRunnerConfig | None = None, *, mode: str = 'single',
+          resume: bool = False, progress: bool = True,
+          eval_episodes: int | None = None) -> TrainResult:
     """
-    Train SAC on the simulated reach task in this process.
+    Train SAC on the reach task with the training loop.
 
     :param env_cfg: environment configuration (the ``env_worker`` section).
     :param cfg: learner configuration (the ``learner`` section).
+    :param runner_cfg: the ``local_runner`` section (worker processes; async and sync).
+    :param mode: ``single`` (one process), ``async`` or ``sync`` (worker processes).
     :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
     :param progress: show a progress bar.
     :param eval_episodes: final evaluation episodes (default: ``cfg.eval_episodes``).
     """
     from tqdm import tqdm
 
-    from async_rl_ros.envs.reach_env import UR5ReachEnv
+    from async_rl_ros.local.evaluator import EvaluatorProcess
+    from async_rl_ros.local.runner import LocalTransport
 
+    runner_cfg = runner_cfg or LocalRunnerConfig()
     log_dir = Path(cfg.log_dir)
-    torch.set_num_threads(1)  # the env shares the machine; one BLAS thread is faster here
-    env, eval_env = UR5ReachEnv(env_cfg), UR5ReachEnv(env_cfg)
-    learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
+    torch.set_num_threads(1)  # the envs share the machine; one BLAS thread is faster here
+    eval_built = build_worker(env_cfg.replace(backend='sim'), 0, cfg.sac.hidden_sizes, 1)
+    eval_env = eval_built.env
+    obs_dim = eval_env.observation_space.shape[0]
+    act_dim = eval_env.action_space.shape[0]
+    learner = Learner(cfg, obs_dim, act_dim)
     _resume(learner, resume)
-    remaining = max(0, cfg.total_env_steps - learner.env_steps)
     logger = MetricsLogger(log_dir / 'tensorboard')
-    start = time.perf_counter()
-    bar = tqdm(total=remaining, desc='training', unit='step', disable=not progress,
-               dynamic_ncols=True, smoothing=0.05)
-    interval = cfg.checkpoint.interval_steps  # learner updates between checkpoints
-    saved = [learner.updates]
+    envs: list[Any] = [eval_env]
+    stoppers: list[Any] = []
+    transport = None
+    if mode == 'single':
+        inline = InlineWorker(build_worker(env_cfg, 0, cfg.sac.hidden_sizes, 1).worker)
+        envs.append(inline.worker.env)
+        source: Any = inline
+        evaluator: Any = PolicyEvaluator(eval_env, cfg.sac.hidden_sizes,
+                                         min(cfg.eval_episodes, 20))
+        title = f'UR5 reach, SAC single process, seed {cfg.seed}'
+        commit_every = 1  # the actor acts with every update at once
+    else:
+        runner_cfg = runner_cfg.replace(mode=mode)
+        transport = LocalTransport(env_cfg, cfg, runner_cfg, learner.policy_state())
+        evaluator = EvaluatorProcess(env_cfg, cfg.sac.hidden_sizes, cfg.eval_episodes)
+        stoppers = [transport.shutdown, evaluator.close]
+        source = transport
+        workers = transport.num_workers
+        title = (f'UR5 reach, SAC {mode}, {workers} worker{"s" if workers > 1 else ""}, '
+                 f'seed {cfg.seed}')
+        commit_every = runner_cfg.parameter_server.commit_every
+    bar = tqdm(total=cfg.total_env_steps, initial=learner.env_steps, desc=mode, unit='step',
+               disable=not progress, dynamic_ncols=True, smoothing=0.05)
 
-    with _StopFlag() as flag:
-        def on_step(step: int, lrn: Learner) -> None:
-            bar.update(1)
-            if step % 200 == 0:
-                bar.set_postfix(success=f'{logger.last("charts/success_rate", 0.0):.2f}',
-                                eval=f'{logger.last("eval/success_rate", 0.0):.2f}',
-                                updates=lrn.updates, batch=lrn.batch_sizer.batch_size)
-            if interval and lrn.updates - saved[0] >= interval:
-                lrn.save_checkpoint()
-                saved[0] = lrn.updates
-            if flag.stop:
-                raise KeyboardInterrupt
-
-        interrupted = False
-        try:
-            train_single_process(learner, env, remaining, logger=logger, eval_env=eval_env,
-                                 eval_every=cfg.eval_every,
-                                 eval_episodes=min(cfg.eval_episodes, 20), on_step=on_step)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            bar.close()
-    seconds = time.perf_counter() - start
-    checkpoint, policy, evaluation, curve = _finish(
-        learner, eval_env, logger, log_dir, f'UR5 reach, SAC single process, seed {cfg.seed}',
-        eval_episodes or cfg.eval_episodes)
-    env.close()
-    eval_env.close()
-    return TrainResult(env_steps=learner.env_steps, updates=learner.updates, seconds=seconds,
-                       evaluation=evaluation, checkpoint=checkpoint, policy=policy,
-                       curve=curve, log_dir=log_dir, interrupted=interrupted)
-
-
-def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalRunnerConfig,
-                *, resume: bool = False, progress: bool = True,
-                eval_episodes: int | None = None) -> TrainResult:
-    """
-    Train with env-worker processes (``local_runner.mode``: async or sync).
-
-    Same artifacts as :func:`train`; the progress bar shows env steps, success rate,
-    samples/s, updates/s and the policy lag.
-    """
-    from tqdm import tqdm
-
-    from async_rl_ros.envs.reach_env import UR5ReachEnv
-    from async_rl_ros.local.runner import LocalRunner
-
-    log_dir = Path(cfg.log_dir)
-    torch.set_num_threads(1)
-    logger = MetricsLogger(log_dir / 'tensorboard')
-    runner = LocalRunner(env_cfg, cfg, runner_cfg)
-    learner = runner.learner
-    _resume(learner, resume)
-    if runner.num_workers > default_num_workers() + 1:
-        print(f'warning: {runner.num_workers} workers on {default_num_workers() + 1} physical '
-              'cores: context switches will cost throughput', file=sys.stderr)
-    bar = tqdm(total=cfg.total_env_steps, initial=learner.env_steps, desc=runner_cfg.mode,
-               unit='step', disable=not progress, dynamic_ncols=True, smoothing=0.05)
-    episodes: list[float] = []
-    state = {'time': time.perf_counter(), 'steps': learner.env_steps,
-             'updates': learner.updates, 'saved': learner.updates,
-             'steps0': learner.env_steps, 'updates0': learner.updates}
-    start = time.perf_counter()
-
-    def on_tick(run: LocalRunner, final: bool = False) -> None:
-        now = time.perf_counter()
+    def on_report(metrics: dict[str, float]) -> None:
         bar.update(learner.env_steps - bar.n)
-        if now - state['time'] < runner_cfg.stats_interval_s and not final:
-            return
-        for m in run.take_episode_metrics():
-            logger.log(m, learner.env_steps)
-            episodes.append(m['charts/success_rate'])
-        dt = now - state['time']
-        rates = {'charts/samples_per_s': (learner.env_steps - state['steps']) / dt,
-                 'charts/updates_per_s': (learner.updates - state['updates']) / dt}
-        transport = run.metrics()
-        logger.log({**rates, **transport, **run.worker_rates(), **run.update_metrics,
-                    **learner.metrics()}, learner.env_steps)
-        state.update(time=now, steps=learner.env_steps, updates=learner.updates)
-        bar.set_postfix(success=f'{episodes[-1] if episodes else 0.0:.2f}',
-                        samples_s=f'{rates["charts/samples_per_s"]:.0f}',
-                        updates_s=f'{rates["charts/updates_per_s"]:.0f}',
-                        lag=f'{transport.get("charts/transition_lag_p50", 0.0):.0f}')
-        interval = cfg.checkpoint.interval_steps
-        if interval and learner.updates - state['saved'] >= interval:
-            learner.save_checkpoint()
-            state['saved'] = learner.updates
+        bar.set_postfix(success=f'{loop.success_rate:.2f}',
+                        eval=f'{loop.logger.last("eval/success_rate", 0.0):.2f}',
+                        samples_s=f'{metrics["charts/samples_per_s"]:.0f}',
+                        updates_s=f'{metrics["charts/updates_per_s"]:.0f}',
+                        lag=f'{metrics.get("charts/transition_lag_p50", 0.0):.0f}')
 
-    with _StopFlag() as flag:
-        runner.run(should_stop=lambda: flag.stop, on_tick=on_tick)
-        interrupted = flag.stop
-    on_tick(runner, final=True)  # the last metrics, however short the run
-    bar.close()
-    seconds = time.perf_counter() - start
-    transport = runner.metrics()
-    summary = {
-        'mode': f'{runner_cfg.mode}, worker processes: {runner.num_workers}',
-        'samples/s, updates/s': f'{(learner.env_steps - state["steps0"]) / seconds:.0f}, '
-                                f'{(learner.updates - state["updates0"]) / seconds:.1f}',
-        'policy lag p50 / p99 / max': ' / '.join(
-            f'{transport.get(f"charts/transition_lag_{k}", 0.0):.0f}'
-            for k in ('p50', 'p99', 'max')) + ' versions',
-        'dropped batches, rejected packets, respawns': ', '.join(
-            f'{transport[k]:.0f}' for k in ('transport/dropped_batches',
-                                            'transport/rejected_packets',
-                                            'transport/respawns'))}
-    eval_env = UR5ReachEnv(env_cfg)
-    checkpoint, policy, evaluation, curve = _finish(
-        learner, eval_env, logger, log_dir,
-        f'UR5 reach, SAC {runner_cfg.mode}, {runner.num_workers} worker'
-        f'{"s" if runner.num_workers > 1 else ""}, seed {cfg.seed}',
-        eval_episodes or cfg.eval_episodes)
-    eval_env.close()
-    return TrainResult(env_steps=learner.env_steps, updates=learner.updates, seconds=seconds,
-                       evaluation=evaluation, checkpoint=checkpoint, policy=policy,
-                       curve=curve, log_dir=log_dir, interrupted=interrupted,
-                       transport=summary)
+    loop = TrainingLoop(learner, source, source, commit_every=commit_every, logger=logger,
+                        stats_interval_s=runner_cfg.stats_interval_s, on_report=on_report,
+                        evaluator=evaluator)
+    start = time.perf_counter()
+    try:
+        with _StopFlag() as flag:
+            if transport is not None:
+                transport.start(learner)
+            loop.run(should_stop=lambda: flag.stop)
+            interrupted = flag.stop
+        loop.report()  # the last metrics, however short the run
+    finally:
+        bar.close()
+        for stop in stoppers:
+            stop()
+    try:
+        state = learner.policy_state()
+        evaluation = PolicyEvaluator(eval_env, cfg.sac.hidden_sizes,
+                                     eval_episodes or cfg.eval_episodes).score(state) \
+            if state is not None else EpisodeStats()
+        extra = {'mode': mode, 'interrupted': interrupted,
+                 'seconds_training': round(time.perf_counter() - start, 3)}
+        if transport is not None:
+            extra.update(transport.summary())
+        run = finish_run(loop, log_dir, title=title, final_evaluation=evaluation, extra=extra)
+    finally:
+        for env in envs:
+            env.close()
+    return TrainResult(run=run, evaluation=evaluation, interrupted=interrupted)

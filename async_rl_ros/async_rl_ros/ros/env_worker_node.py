@@ -35,12 +35,13 @@ import time
 from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig, RosTransportConfig
+from async_rl_ros.core.records import PolicyState, TransitionBatch as Batch
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import ShardAssembler
-from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPacer, WorkerPolicy
+from async_rl_ros.core.workers.runtime import backend_call, build_worker, WorkerRuntime
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
-from async_rl_ros.ros.node_utils import backend_call, build_env, run_node
+from async_rl_ros.ros.node_utils import LoggingAdapter, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import PolicyWeights, TrainingStats, TransitionBatch, WorkerStatus
 import numpy as np
@@ -51,11 +52,6 @@ from rclpy.subscription import Subscription
 from rclpy.timer import Timer
 
 __all__ = ['EnvWorkerNode', 'main']
-
-PACE_SLEEP_S = 0.002  # s a paced worker idles before looking again
-STEP_RETRY_S = 1.0     # s between retries after a step failed (the arm is stopped meanwhile)
-MAX_STEP_FAILURES = 5  # failed steps within STEP_FAILURE_WINDOW_S before the worker gives up
-STEP_FAILURE_WINDOW_S = 60.0
 
 
 class EnvWorkerNode(LifecycleNode):
@@ -73,24 +69,15 @@ class EnvWorkerNode(LifecycleNode):
             'hidden_sizes', [256, 256], ParameterDescriptor(
                 description="Hidden layer widths of the learner's actor (learner "
                 'sac.hidden_sizes).', read_only=True)).value)
-        self.warmup_steps = self.declare_parameter(
-            'warmup_steps', 0, ParameterDescriptor(
-                description='Env steps of uniform random actions before the policy acts '
-                '[steps].', read_only=True,
-                integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
         self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
         self.env = None
-        self.worker: EnvWorker | None = None
+        self.runtime: WorkerRuntime | None = None
         self.assembler = ShardAssembler()
-        self.pacer = WorkerPacer()
-        self.gate = None  # PolicyGate of a real arm (backend ur5), fed from the subscriptions
         self.rejected: collections.Counter[str] = collections.Counter()
         self._pending: dict[int, PolicyWeights] = {}
         self._pending_lock = threading.Lock()
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._label = 'unconfigured'
-        self._batches = 0
         self._episodes: list[dict[str, float]] = []
         self._episodes_lock = threading.Lock()
         self._last_status = (time.monotonic(), 0)
@@ -100,20 +87,14 @@ class EnvWorkerNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Build (connect) the environment, the worker and the topics."""
         try:
-            if self.cfg.backend == 'ur5':
-                from async_rl_ros.envs.rtde_supervisor import PolicyGate
-                self.gate = PolicyGate.from_config(self.cfg.rtde)
-            self.env = build_env(self.cfg, self.gate)
+            built = build_worker(self.cfg, self.worker_id, self.hidden,
+                                 self.transport.transition_batch)
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return TransitionCallbackReturn.FAILURE
-        obs_dim = self.env.observation_space.shape[0]
-        act_dim = self.env.action_space.shape[0]
-        seed = self.cfg.seed + 1000 * self.worker_id
-        self.worker = EnvWorker(self.worker_id, self.env,
-                                WorkerPolicy(obs_dim, act_dim, self.hidden, seed),
-                                batch_size=self.transport.transition_batch,
-                                warmup_steps=self.warmup_steps, seed=seed, source=self.source)
+        self.env = built.env
+        self.runtime = WorkerRuntime(built, self._send, self._install_weights,
+                                     log=LoggingAdapter(self.get_logger()))
         self.transitions_pub = self.create_publisher(TransitionBatch, topics.TRANSITIONS,
                                                      qos.TRANSITIONS)
         self.status_pub = self.create_publisher(WorkerStatus, topics.WORKER_STATUS, qos.STATUS)
@@ -132,9 +113,10 @@ class EnvWorkerNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start stepping."""
-        self._stop.clear()
+        self.runtime.stop_event.clear()
         backend_call(self.env, 'resume')
-        self._thread = threading.Thread(target=self._run, name='env_worker', daemon=True)
+        self._thread = threading.Thread(target=self.runtime.run, name='env_worker',
+                                        daemon=True)
         self._thread.start()
         self._label = 'active'
         return TransitionCallbackReturn.SUCCESS
@@ -168,14 +150,13 @@ class EnvWorkerNode(LifecycleNode):
         self._label = 'finalized'
 
     def _halt(self) -> None:
-        self._stop.set()
-        if self.env is not None:
-            backend_call(self.env, 'interrupt')  # a step held by the policy gate returns
+        if self.runtime is not None:
+            self.runtime.stop()  # a step held by the policy gate returns
         if self._thread is not None:
             self._thread.join(timeout=10.0)
             self._thread = None
-        if self.env is not None:
-            self._stop_arm()
+        if self.runtime is not None:
+            self.runtime.stop_arm()
 
     def _release(self) -> None:
         for entity in self._entities:
@@ -189,7 +170,7 @@ class EnvWorkerNode(LifecycleNode):
         if self.env is not None:
             self.env.close()
             self.env = None
-        self.worker = None
+        self.runtime = None
 
     # ------------------------------------------------------------------ transport
     def _on_weights(self, msg: PolicyWeights) -> None:
@@ -197,106 +178,39 @@ class EnvWorkerNode(LifecycleNode):
             self._pending[int(msg.shard_id)] = msg
 
     def _on_stats(self, msg: TrainingStats) -> None:
-        worker = self.worker
-        if self.gate is not None:  # only record: the stepping thread / gate decide
-            self.gate.heartbeat(int(msg.policy_version))
-        elif worker is not None:  # a real arm runs in real time: never paced
-            self.pacer.report(msg.env_steps, msg.env_steps_wanted, worker.steps)
+        runtime = self.runtime  # only record: the stepping thread / gate decide
+        if runtime is not None:
+            runtime.learner_heard(int(msg.policy_version), int(msg.env_steps),
+                                  int(msg.env_steps_wanted))
 
-    def _install_weights(self) -> None:
+    def _install_weights(self) -> PolicyState | None:
+        """Verify the stored shard messages, return a new policy state (stepping thread)."""
         with self._pending_lock:
             pending, self._pending = self._pending, {}
+        newest = None
         for msg in pending.values():
             try:
-                packet = msg_to_shard_packet(msg)
+                state = self.assembler.add(msg_to_shard_packet(msg))
             except CodecError as exc:
                 self.rejected[exc.reason] += 1
-                self._crc_check(exc)
-                continue
-            try:
-                state = self.assembler.add(packet)
-            except CodecError as exc:
-                self._crc_check(exc)
-                continue  # counted by the assembler; keep acting with the last good policy
-            if state is not None:
-                try:
-                    self.worker.load_policy(state)
-                except (RuntimeError, KeyError, ValueError) as exc:  # another architecture
-                    self.rejected['shape'] += 1
-                    self.get_logger().error(f'weights do not fit the policy: {exc}',
-                                            throttle_duration_sec=10.0)
-                    continue
-                if self.gate is not None:
-                    self.gate.policy_loaded(self.worker.policy.version)
+                self.runtime.weights_rejected(exc.reason)
+                continue  # keep acting with the last good policy
+            newest = state if state is not None else newest
+        return newest
 
-    def _crc_check(self, exc: CodecError) -> None:
-        if exc.reason == 'crc' and self.gate is not None:
-            self.gate.crc_failure()  # a real arm holds still until good weights arrive
-
-    def _run(self) -> None:
-        """
-        Step until deactivated; a failed step stops the arm and is retried a few times.
-
-        The backend recovers what it can on the next step (a real arm: reconnect, restart
-        the control script, re-read the state); :class:`NeedsPerson` is never retried.
-        """
-        from async_rl_ros.envs.rtde_supervisor import NeedsPerson
-
-        failures: collections.deque[float] = collections.deque()
-        while not self._stop.is_set():
-            try:
-                self._step_until_stopped()
-            except NeedsPerson as exc:
-                self._label = 'halted: needs a person'
-                self.get_logger().fatal(f'worker {self.worker_id} halted; a person must check '
-                                        f'the arm before restarting this node: {exc}')
-            except Exception as exc:  # noqa: B902 -- a step failed: stop the arm, retry
-                if self._stop.is_set():
-                    break  # a step interrupted by deactivate: expected
-                now = time.monotonic()
-                failures.append(now)
-                while failures[0] < now - STEP_FAILURE_WINDOW_S:
-                    failures.popleft()
-                self.get_logger().error(f'worker {self.worker_id}: step failed ({exc!r}), '
-                                        f'{len(failures)} in {STEP_FAILURE_WINDOW_S:.0f} s')
-                self._stop_arm()
-                if len(failures) < MAX_STEP_FAILURES:
-                    self._stop.wait(STEP_RETRY_S)
-                    continue
-                self._label = 'error'
-                self.get_logger().error(f'worker {self.worker_id} stopped stepping after '
-                                        f'{len(failures)} failed steps')
-            break
-        self._stop_arm()
-
-    def _stop_arm(self) -> None:
-        try:
-            backend_call(self.env, 'stop')
-        except Exception as exc:  # noqa: B902 -- report; the watchdog still stops the arm
-            self.get_logger().error(f'stopping the arm failed: {exc}')
-
-    def _step_until_stopped(self) -> None:
-        worker = self.worker
-        while not self._stop.is_set():
-            self._install_weights()
-            if self.pacer.should_pause(worker.steps):
-                self._stop.wait(PACE_SLEEP_S)  # ahead of the learner: let it catch up
-                continue
-            batch = worker.step()
-            episodes = worker.take_episode_metrics()
-            if episodes:
-                with self._episodes_lock:
-                    self._episodes.extend(episodes)
-            if batch is not None:
-                self.transitions_pub.publish(batch_to_msg(
-                    batch, self.worker_id, self.source,
-                    stamp=self.get_clock().now().to_msg()))
-                self._batches += 1
+    def _send(self, batch: Batch, episodes: list[dict[str, float]]) -> bool:
+        """Publish a full batch, keep the episodes for the status (stepping thread)."""
+        if episodes:
+            with self._episodes_lock:
+                self._episodes.extend(episodes)
+        self.transitions_pub.publish(batch_to_msg(batch, self.worker_id, self.source,
+                                                  stamp=self.get_clock().now().to_msg()))
+        return True
 
     def _publish_status(self) -> None:
-        worker = self.worker
-        if worker is None:
+        if self.runtime is None:
             return
+        worker = self.runtime.worker
         now = time.monotonic()
         then, steps_then = self._last_status
         self._last_status = (now, worker.steps)
@@ -306,12 +220,13 @@ class EnvWorkerNode(LifecycleNode):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.worker_id = self.worker_id
         msg.source = self.source
-        msg.state = self._label
+        msg.state = self.runtime.state if self._label == 'active' else self._label
         msg.policy_version = int(worker.policy.version)
         msg.steps = int(worker.steps)
-        msg.batches_sent = int(self._batches)
+        msg.batches_sent = int(self.runtime.batches_sent)
         msg.weights_accepted = int(self.assembler.accepted)
-        msg.weights_rejected = int(self.assembler.rejected_total + sum(self.rejected.values()))
+        msg.weights_rejected = int(self.assembler.rejected_total + sum(self.rejected.values())
+                                   + self.runtime.load_errors)
         msg.steps_per_s = float((worker.steps - steps_then) / max(now - then, 1e-6))
         msg.episodes = len(episodes)
         if episodes:

@@ -15,11 +15,12 @@
 """
 ``learner`` node: SAC training fed by the workers' topics, commits to the shard nodes.
 
-Wiring (the ROS twin of ``local/runner.py``)::
+Wiring: the node is the ROS transport of the one
+:class:`~async_rl_ros.core.learning.loop.TrainingLoop`, which runs in the training thread::
 
     /<worker>/transitions --subscription (enqueue only)--> DoubleBuffer --preprocessing
-      thread (msg_to_batch: dims checked, bad batches counted)--> training thread:
-      Learner.ingest; Learner.train_step; every commit_every updates: ShardedCommitter ->
+      thread (msg_to_batch: dims checked, bad batches counted)--> take() --> the loop:
+      ingest, update, every commit_every updates publish(): ShardedCommitter ->
       /commits/shard_<i> (WeightsCommit) -> param_server nodes -> /weights/shard_<i>
 
 Transition topics are discovered (every ``*/transitions`` of type TransitionBatch), so
@@ -39,8 +40,12 @@ import time
 from typing import Any
 
 from async_rl_ros.core.config import LearnerConfig, RosTransportConfig
+from async_rl_ros.core.learning.artifacts import finish_run
+from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.learning.loop import Received, TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
@@ -110,7 +115,6 @@ class LearnerNode(Node):
         self.shards: dict[int, tuple[float, ShardStatus]] = {}
         self._resync: set[int] = set()
         self._returns: list[tuple[float, int]] = []
-        self._train_metrics: dict[str, float] = {}
         self._last_rates = (time.monotonic(), 0, 0)
         self._doctor_events = 0
         self._ingest_seen = (0, 0)
@@ -136,6 +140,9 @@ class LearnerNode(Node):
         self.create_timer(1.0 / self.transport.metrics_hz, self._publish_metrics)
         self.create_timer(1.0 / self.transport.diagnostics_hz, self._publish_diagnostics)
         self._stop = threading.Event()
+        self.loop = TrainingLoop(self.learner, self, self,
+                                 commit_every=self.transport.parameter_server.commit_every,
+                                 logger=self.tb, stats_interval_s=1.0 / self.transport.metrics_hz)
         self._thread = threading.Thread(target=self._train, name='training', daemon=True)
         self._thread.start()
         self.get_logger().info(
@@ -174,66 +181,62 @@ class LearnerNode(Node):
             return None
         return batch, int(msg.worker_id), msg.source
 
-    # ------------------------------------------------------------------ training thread
-    def _train(self) -> None:
-        commit_every = self.transport.parameter_server.commit_every
-        learner = self.learner
-        saved = learner.updates
-        try:
-            while not self._stop.is_set():
-                self._handle_resyncs()
-                self._ingest_ready()
-                if learner.env_steps >= self.cfg.total_env_steps:
-                    if not self.finished:
-                        self._finish()
-                    self._stop.wait(0.1)
-                    continue
-                if learner.ready() and learner.updates < (
-                        learner.env_steps * self.transport.max_update_ratio):
-                    metrics = learner.train_step()
-                    with self._lock:
-                        self._train_metrics.update(metrics)
-                    if learner.updates % commit_every == 0:
-                        self._commit()
-                    interval = self.cfg.checkpoint.interval_steps
-                    if interval and learner.updates - saved >= interval:
-                        learner.save_checkpoint()
-                        saved = learner.updates
-                else:
-                    time.sleep(IDLE_S)
-        except Exception as exc:  # noqa: B902 -- report, the node stays up for diagnostics
-            self.get_logger().fatal(f'training thread stopped: {exc!r}')
-            raise
+    # ------------------------------------------------------------------ the loop's ports
+    blocking = False  # subscriptions never wait: the loop takes what arrived
 
-    def _ingest_ready(self) -> None:
+    def take(self) -> list[Received]:
+        """BatchSource: the preprocessed batches (training thread)."""
         now = time.monotonic()
+        out = []
         for batch, worker_id, source in self.buffer.take():
-            stored = self.learner.ingest(batch)
+            out.append(Received(batch, worker_id))
             acted = batch['policy_version']
             with self._lock:
                 info = self.workers.setdefault(worker_id, {
                     'transitions': 0, 'batches': 0, 'policy_version': -1, 'status': None,
                     'status_time': 0.0})
-                info['transitions'] += stored
+                info['transitions'] += len(batch['reward'])
                 info['batches'] += 1
                 info['source'] = source
                 info['last_seen'] = now
                 info['policy_version'] = int(acted.max()) if len(acted) else -1
+        return out
 
-    def _commit(self) -> None:
-        state = self.learner.policy_state()
-        if state is None:
-            return  # the doctor refuses non-finite weights: workers keep the last good ones
-        tensors, extras = state.tensors(), state.extras()
-        self._extras = extras
-        packets = self.committer.commit(tensors, extras)
+    def maintain(self, learner: Learner) -> None:
+        """BatchSource: re-sync shards that asked for a full commit."""
+        self._handle_resyncs()
+
+    def publish(self, state: PolicyState) -> int | None:
+        """WeightSink: commit to the shards; return the version they will serve."""
+        self._extras = state.extras()
+        packets = self.committer.commit(state.tensors(), self._extras)
         if packets is None:
-            return
-        self.learner.policy_version = self.committer.version
+            return None
         stamp = self.get_clock().now().to_msg()
         for packet in packets:
             self.commit_pubs[packet.shard_id].publish(
                 shard_packet_to_msg(packet, 'WeightsCommit', stamp=stamp))
+        return self.committer.version
+
+    # ------------------------------------------------------------------ training thread
+    def _train(self) -> None:
+        loop = self.loop
+        try:
+            loop.maybe_publish()
+            while not self._stop.is_set():
+                if self.learner.env_steps >= self.cfg.total_env_steps:
+                    if not self.finished:
+                        self._finish()
+                    self.maintain(self.learner)
+                    self._stop.wait(0.1)
+                    continue
+                loop.step()
+        except TrainingDiverged as exc:
+            self.get_logger().fatal(f'training diverged, stopped: {exc}; the last good state '
+                                    'is saved at shutdown')
+        except Exception as exc:  # noqa: B902 -- report, the node stays up for diagnostics
+            self.get_logger().fatal(f'training thread stopped: {exc!r}')
+            raise
 
     def _handle_resyncs(self) -> None:
         with self._lock:
@@ -246,21 +249,23 @@ class LearnerNode(Node):
                                    f'{packet.packet.version}')
 
     def _finish(self) -> None:
-        """Training budget reached: final commit, checkpoint and the exported policy."""
-        self._commit()
+        """Training budget reached: final commit, checkpoint, policy and summary.json."""
+        self.loop.commit()
         self.save()
-        self.finished = True
         self.get_logger().info(f'training budget of {self.cfg.total_env_steps} env steps '
                                f'reached; policy exported to {self.log_dir / "policy.pt"}')
 
     def save(self) -> None:
-        """Write a checkpoint and the TorchScript policy (atomically) under ``log_dir``."""
-        self.learner.save_checkpoint()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        path = self.log_dir / 'policy.pt'
-        tmp = path.with_suffix('.pt.tmp')
-        torch.jit.script(self.learner.export_policy()).save(str(tmp))
-        tmp.replace(path)
+        """Write the checkpoint, the TorchScript policy, the curve and ``summary.json``."""
+        with self._lock:
+            workers = len(self.workers)
+        finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2',
+                   extra={'mode': 'ros2', 'workers': workers,
+                          'dropped_batches': int(self.buffer.dropped),
+                          'rejected_batches': int(sum(self.ingest_rejected.values())),
+                          'interrupted': not self.finished and
+                          self.learner.env_steps < self.cfg.total_env_steps})
+        self.finished = True
 
     # ------------------------------------------------------------------ status in
     def _on_worker_status(self, msg: WorkerStatus) -> None:
@@ -286,7 +291,14 @@ class LearnerNode(Node):
                 if w.get('policy_version', -1) >= 0]
 
     def metrics(self) -> dict[str, float]:
-        """Return the metrics published on topics, in TrainingStats and to TensorBoard."""
+        """BatchSource: transport metrics for the loop's reports (TensorBoard)."""
+        with self._lock:
+            rejected = sum(self.ingest_rejected.values())
+        return {'transport/dropped_batches': float(self.buffer.dropped),
+                'transport/rejected_batches': float(rejected)}
+
+    def topic_metrics(self) -> dict[str, float]:
+        """Return the metrics published on topics and in TrainingStats."""
         now = time.monotonic()
         then, steps, updates = self._last_rates
         learner = self.learner
@@ -294,7 +306,7 @@ class LearnerNode(Node):
         self._last_rates = (now, learner.env_steps, learner.updates)
         out = dict(learner.metrics())
         with self._lock:
-            out.update(self._train_metrics)
+            out.update(self.loop.update_metrics)
             returns, self._returns = self._returns, []
             lags = self._lags()
             statuses = [w['status'] for w in self.workers.values() if w.get('status')]
@@ -316,7 +328,7 @@ class LearnerNode(Node):
         return out
 
     def _publish_metrics(self) -> None:
-        metrics = self.metrics()
+        metrics = self.topic_metrics()
         for name, value in metrics.items():
             pub = self._metric_pubs.get(name)
             if pub is None:
@@ -331,13 +343,11 @@ class LearnerNode(Node):
         stats.samples_per_s = float(metrics['charts/samples_per_s'])
         stats.updates_per_s = float(metrics['charts/updates_per_s'])
         stats.policy_lag = float(metrics['charts/policy_lag_mean'])
-        slack = self.transport.rate_limit_slack
-        stats.env_steps_wanted = (self.learner.env_steps_wanted(
-            slack, self.transport.max_update_ratio) if slack else -1)
+        slack = self.cfg.rate_limit_slack
+        stats.env_steps_wanted = self.learner.env_steps_wanted(slack) if slack else -1
         stats.names = list(metrics)
         stats.values = [float(v) for v in metrics.values()]
         self.stats_pub.publish(stats)
-        self.tb.log(metrics, self.learner.env_steps)
 
     def _publish_diagnostics(self) -> None:
         now = time.monotonic()
@@ -425,11 +435,12 @@ class LearnerNode(Node):
         self._stop.set()
         self._thread.join(timeout=30.0)
         self.buffer.close()
+        if self.finished:
+            return  # the budget's end wrote everything
         try:
             self.save()
         except Exception as exc:  # noqa: B902 -- shutting down: report, never hang
             self.get_logger().error(f'final checkpoint failed: {exc}')
-        self.tb.close()
 
 
 def main(args: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Shared pieces of the nodes: the ``main`` skeleton, building and stopping the arm."""
+"""The ``main`` skeleton every node shares: init, spin, a clean shutdown on Humble and Jazzy."""
 
 from __future__ import annotations
 
@@ -20,34 +20,26 @@ import signal
 import sys
 from typing import Any, Callable
 
-from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.core.config import ConfigError
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
-__all__ = ['run_node', 'build_env', 'backend_call']
+__all__ = ['run_node', 'LoggingAdapter']
 
 
-def build_env(cfg: EnvWorkerConfig, gate: Any = None) -> Any:
-    """
-    Build (connect) the reach environment of ``cfg.backend``; a real arm gets ``gate``.
+class LoggingAdapter:
+    """A node's logger with the ``logging`` call style (``%`` arguments) of the core."""
 
-    :param cfg: the ``env_worker`` section.
-    :param gate: :class:`~async_rl_ros.envs.rtde_supervisor.PolicyGate` the node feeds
-        (backend ``ur5``; ``None`` lets every command through, e.g. a fixed policy).
-    """
-    from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
-    if cfg.backend == 'ur5':
-        from async_rl_ros.envs.ur5_rtde import UR5RTDE
-        return UR5ReachEnv(cfg, backend=UR5RTDE(cfg, gate=gate))
-    return make_reach_env(cfg)
+    def __init__(self, logger: Any):
+        self._logger = logger
 
+    def error(self, msg: str, *args: Any) -> None:
+        """Log an error."""
+        self._logger.error(msg % args)
 
-def backend_call(env: Any, name: str) -> None:
-    """Call the arm backend's ``name`` (``stop``, ``interrupt``, ``resume``) if it has one."""
-    backend = getattr(getattr(env, 'unwrapped', env), 'backend', None)
-    method = getattr(backend, name, None)
-    if callable(method):
-        method()
+    def critical(self, msg: str, *args: Any) -> None:
+        """Log a fatal condition."""
+        self._logger.fatal(msg % args)
 
 
 def run_node(factory: Callable[[], object], args: list[str] | None = None) -> int:

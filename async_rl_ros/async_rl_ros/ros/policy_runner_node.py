@@ -30,8 +30,9 @@ from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.learning.learner import EpisodeTracker
+from async_rl_ros.core.workers.runtime import backend_call, build_env
 from async_rl_ros.ros import qos, topics
-from async_rl_ros.ros.node_utils import backend_call, build_env, run_node
+from async_rl_ros.ros.node_utils import run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import WorkerStatus
 import numpy as np

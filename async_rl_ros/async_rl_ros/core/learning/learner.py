@@ -126,21 +126,25 @@ class Learner:
         """Return whether enough transitions arrived to start updating."""
         return len(self.replay) >= max(self.cfg.learning_starts, self.batch_sizer.batch_size)
 
-    def env_steps_wanted(self, slack: int, max_update_ratio: float = math.inf) -> int:
+    def env_steps_wanted(self, slack: int) -> int:
         """
         Return how many transitions in total the learner can use now (the workers' rate limit).
 
         As in single-process training: ``learning_starts`` transitions before the first
         update, then one per ``1 / updates_per_step`` updates, plus ``slack`` that workers may
         run ahead; a sample-to-insert limiter in the manner of Reverb (Cassirer et al., 2021).
+        Transitions the replay still lacks before updates can start are always wanted, so a
+        run resumed without its replay buffer refills it instead of waiting for updates that
+        cannot come.
 
         :param slack: transitions allowed beyond the update-to-data ratio.
-        :param max_update_ratio: the cap on updates per transition that the runner applies
-            (the ratio used is the smaller one, so the learner can always catch up).
         """
-        ratio = min(self.cfg.updates_per_step, max_update_ratio)
         floor = max(self.cfg.learning_starts, self.batch_sizer.batch_size)
-        return int(floor + self.updates / ratio) + slack
+        by_ratio = int(floor + self.updates / self.cfg.updates_per_step)
+        missing = floor - len(self.replay)
+        if missing > 0:  # not ready: the replay's refill is always wanted
+            by_ratio = max(by_ratio, self.env_steps + missing)
+        return by_ratio + slack
 
     # ------------------------------------------------------------------ update
     def train_step(self) -> dict[str, float]:

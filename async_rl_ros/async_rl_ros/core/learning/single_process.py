@@ -13,80 +13,61 @@
 # limitations under the License.
 
 """
-Single-process training: the learner steps one environment itself.
+Single-process training: the training loop with the environment stepped in this process.
 
 The reference loop for tests and for comparisons with other SAC implementations: act, step,
-ingest the transition, update ``updates_per_step`` times. Random actions during warm-up.
+ingest the transition, update ``updates_per_step`` times, the actor acting with every update
+at once. Random actions until ``warmup_steps`` transitions arrived.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from async_rl_ros.core.learning.evaluation import run_episodes
-from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.learning.loop import Evaluator, TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
-import numpy as np
+from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
+from async_rl_ros.core.workers.inline import InlineWorker
 
-__all__ = ['train_single_process']
+__all__ = ['single_process_loop', 'train_single_process']
 
 
-def train_single_process(learner: Learner, env: Any, total_steps: int, *,
-                         logger: MetricsLogger | None = None, eval_env: Any = None,
-                         eval_every: int = 0, eval_episodes: int = 10,
-                         on_step: Callable[[int, Learner], None] | None = None,
-                         log_every: int = 250) -> MetricsLogger:
+def single_process_loop(learner: Learner, env: Any, *, logger: MetricsLogger | None = None,
+                        evaluator: Evaluator | None = None, seed: int | None = None,
+                        stats_interval_s: float = 2.0) -> TrainingLoop:
     """
-    Train for ``total_steps`` environment steps.
+    Return a training loop whose source and sink are ``env`` stepped in this process.
 
-    :param learner: the learner (its config supplies warm-up and update ratio).
+    :param learner: the learner (its config supplies warm-up, update ratio, budget).
     :param env: a gymnasium environment with actions in [-1, 1].
     :param logger: metric sink; a history-only logger is created when omitted.
-    :param eval_env: environment for periodic deterministic evaluation (``eval/*`` metrics).
-    :param eval_every: evaluate every this many env steps (0 = never).
-    :param on_step: called after every env step (progress bars, checkpoints).
-    :param log_every: log learner metrics every this many env steps.
-    :returns: the logger, whose history holds every metric.
+    :param evaluator: scores snapshots every ``learner.eval_every`` env steps.
+    :param seed: seed of the env and of the exploration noise (default: the learner's).
+    :param stats_interval_s: seconds between two metric reports.
     """
-    cfg = learner.cfg
-    logger = logger if logger is not None else MetricsLogger()
-    episodes = EpisodeTracker()
-    rng = np.random.default_rng(cfg.seed)
-    obs, _ = env.reset(seed=cfg.seed)
-    owed = 0.0  # fractional updates carried over (updates_per_step may be < 1)
-    metrics: dict[str, float] = {}
-    for step in range(1, total_steps + 1):
-        if learner.env_steps < cfg.warmup_steps:
-            action = rng.uniform(-1.0, 1.0, size=learner.act_dim).astype(np.float32)
-        else:
-            action = learner.act(obs)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        learner.ingest({'obs': obs[None], 'action': np.asarray(action)[None],
-                        'reward': np.array([reward], dtype=np.float32),
-                        'next_obs': next_obs[None], 'terminated': np.array([terminated]),
-                        'truncated': np.array([truncated]),
-                        'policy_version': np.array([learner.policy_version]),
-                        'worker_id': np.array([0])})
-        episodes.step(reward, terminated or truncated, info,
-                      emit=lambda m: logger.log(m, learner.env_steps))
-        obs = next_obs
-        if terminated or truncated:
-            obs, _ = env.reset()
-        if learner.ready():
-            owed += cfg.updates_per_step
-            while owed >= 1.0:
-                metrics = learner.train_step()
-                learner.policy_version += 1  # single process: the actor acts at once
-                owed -= 1.0
-        if step % log_every == 0 and metrics:
-            logger.log({**metrics, **learner.metrics()}, learner.env_steps)
-        if eval_env is not None and eval_every and step % eval_every == 0:
-            stats = run_episodes(eval_env, lambda o: learner.act(o, deterministic=True),
-                                 eval_episodes, seed=10_000 + step)
-            logger.log({'eval/success_rate': stats.success_rate,
-                        'eval/final_distance': stats.mean_final_distance,
-                        'eval/episodic_return': float(np.mean(stats.returns))},
-                       learner.env_steps)
-        if on_step is not None:
-            on_step(step, learner)
-    return logger
+    seed = learner.cfg.seed if seed is None else seed
+    policy = WorkerPolicy(learner.obs_dim, learner.act_dim, learner.cfg.sac.hidden_sizes, seed)
+    inline = InlineWorker(EnvWorker(0, env, policy, batch_size=1, seed=seed))
+    return TrainingLoop(learner, inline, inline, commit_every=1,
+                        logger=logger if logger is not None else MetricsLogger(),
+                        stats_interval_s=stats_interval_s, evaluator=evaluator)
+
+
+def train_single_process(learner: Learner, env: Any, total_steps: int, **kwargs: Any
+                         ) -> TrainingLoop:
+    """
+    Train for ``total_steps`` more environment steps; return the loop (its logger's history).
+
+    :param learner: the learner.
+    :param env: a gymnasium environment with actions in [-1, 1].
+    :param total_steps: env steps to add to the learner's count.
+    :param kwargs: passed to :func:`single_process_loop`.
+    """
+    loop = single_process_loop(learner, env, **kwargs)
+    goal = learner.env_steps + int(total_steps)
+    loop.maybe_publish()
+    while learner.env_steps < goal:
+        loop.step()
+    loop.report()
+    return loop

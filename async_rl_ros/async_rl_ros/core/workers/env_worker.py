@@ -83,21 +83,21 @@ class EnvWorker:
 
     :param worker_id: stamped on every transition.
     :param env: a gymnasium environment with actions in [-1, 1].
-    :param policy: the CPU policy; acts randomly until it has weights and during warm-up.
+    :param policy: the CPU policy; the worker acts at random until it has weights (the
+        learner publishes none before its warm-up is over, so warm-up belongs to the start of
+        training, and a worker started later acts with the current policy at once).
     :param batch_size: transitions per batch handed to the transport.
-    :param warmup_steps: steps of uniform random actions at the start.
-    :param seed: seed of the environment and of warm-up actions.
+    :param seed: seed of the environment and of the random actions.
     :param source: ``'sim'`` or ``'real'``, stamped on every transition.
     """
 
     def __init__(self, worker_id: int, env: Any, policy: WorkerPolicy, batch_size: int = 64,
-                 warmup_steps: int = 0, seed: int = 0, source: str = 'sim'):
+                 seed: int = 0, source: str = 'sim'):
         self.worker_id = int(worker_id)
         self.source = source
         self.env = env
         self.policy = policy
         self.batch_size = int(batch_size)
-        self.warmup_steps = int(warmup_steps)
         self.rng = np.random.default_rng(seed)
         self.episodes = EpisodeTracker()
         self.steps = 0
@@ -119,7 +119,7 @@ class EnvWorker:
 
     def step(self) -> TransitionBatch | None:
         """Take one env step; return a full batch of transitions when one is ready."""
-        if self.steps < self.warmup_steps or self.policy.version == NO_POLICY:
+        if self.policy.version == NO_POLICY:
             action = self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32)
             version = NO_POLICY
         else:

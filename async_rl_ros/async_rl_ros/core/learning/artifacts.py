@@ -1,0 +1,133 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+What a training run leaves behind, written the same way by every runner.
+
+Under ``learner.log_dir``: the final checkpoint, ``policy.pt`` (the best evaluated policy as
+TorchScript, with its observation normalization), ``learning_curve.png`` and ``summary.json``
+(the end-of-run table as data). Every file is written to a temporary name and renamed, so a
+reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from async_rl_ros.core.learning.evaluation import EpisodeStats
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.learning.loop import TrainingLoop
+from async_rl_ros.core.learning.metrics import plot_learning_curve
+from async_rl_ros.core.records import PolicyState
+import torch
+
+__all__ = ['RunResult', 'export_policy', 'write_json', 'finish_run', 'evaluation_summary']
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a training run produced."""
+
+    summary: dict[str, Any]
+    checkpoint: str
+    policy: Path
+    curve: Path
+    summary_path: Path
+    log_dir: Path
+
+    @property
+    def interrupted(self) -> bool:
+        """Return whether the run stopped before its budget."""
+        return bool(self.summary.get('interrupted'))
+
+
+def _atomic(path: Path, write: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + '.tmp')
+    write(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def export_policy(learner: Learner, state: PolicyState | None, path: Path) -> Path:
+    """
+    Write a deterministic policy as TorchScript (atomically).
+
+    :param learner: supplies the architecture (and the current policy if ``state`` is None).
+    :param state: the policy state to export, e.g. the best evaluated one.
+    :param path: the ``.pt`` file.
+    """
+    policy = learner.export_policy() if state is None else learner.policy_from_state(state)
+    scripted = torch.jit.script(policy)
+    return _atomic(path, lambda tmp: scripted.save(str(tmp)))
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> Path:
+    """Write ``data`` as indented JSON (atomically); non-finite numbers become null."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in data.items()}
+    text = json.dumps(clean, indent=2, sort_keys=True) + '\n'
+    return _atomic(path, lambda tmp: tmp.write_text(text, encoding='utf-8'))
+
+
+def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:
+    """Return an evaluation's figures for ``summary.json``."""
+    return {'eval_episodes': stats.episodes, 'eval_success_rate': stats.success_rate,
+            'eval_final_distance_m': stats.mean_final_distance,
+            'eval_return_mean': (sum(stats.returns) / len(stats.returns)
+                                 if stats.returns else math.nan)}
+
+
+def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
+               final_evaluation: EpisodeStats | None = None,
+               extra: Mapping[str, Any] | None = None) -> RunResult:
+    """
+    Write the final checkpoint, ``policy.pt``, the learning curve and ``summary.json``.
+
+    The exported policy is the best one the evaluator scored (the final evaluation counts as
+    one score of the current policy), so a late collapse does not overwrite a good policy.
+
+    :param loop: the loop that trained (its learner, counters and evaluations).
+    :param log_dir: where the files go.
+    :param title: title of the learning curve.
+    :param final_evaluation: a deterministic evaluation of the current policy, if one ran.
+    :param extra: more summary entries (transport figures, the mode, interruptions ...).
+    """
+    learner = loop.learner
+    checkpoint = learner.save_checkpoint()
+    if final_evaluation is not None:
+        loop.record_evaluation(learner.policy_state(), final_evaluation)
+    best = loop.best_evaluation
+    policy = export_policy(learner, best.state if best else None, log_dir / 'policy.pt')
+    curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
+                                title=title)
+    summary: dict[str, Any] = dict(loop.totals())
+    if final_evaluation is not None:
+        summary.update(evaluation_summary(final_evaluation))
+    if best is not None:
+        summary.update({'exported_policy_version': best.state.version,
+                        'exported_policy_success_rate': best.stats.success_rate,
+                        'exported_policy_env_steps': best.env_steps})
+    summary.update(extra or {})
+    summary.update({'checkpoint': checkpoint, 'policy': str(policy),
+                    'learning_curve': str(curve)})
+    path = write_json(log_dir / 'summary.json', summary)
+    loop.logger.close()
+    return RunResult(summary=summary, checkpoint=checkpoint, policy=policy, curve=curve,
+                     summary_path=path, log_dir=log_dir)

@@ -1,0 +1,107 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+A worker and an evaluator in the learner's own process (single-process training).
+
+:class:`InlineWorker` is both ports of the training loop at once: its source steps the
+environment one transition at a time when the loop asks for data, and its sink hands each
+new policy straight to the worker, so the actor acts with every update at once -- the
+reference SAC loop. :class:`PolicyEvaluator` scores snapshots on fixed seeds; inline it runs
+when a snapshot is submitted, and the local runner runs the same object in a process of its
+own so that evaluation never stops the learner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.learning.loop import Received
+from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
+
+__all__ = ['InlineWorker', 'PolicyEvaluator', 'EVAL_SEED']
+
+#: first reset seed of every evaluation: each snapshot is scored on the same episodes
+EVAL_SEED = 1_000_000
+
+
+class InlineWorker:
+    """
+    Source and sink of single-process training: one env worker stepped on demand.
+
+    :param worker: the env worker (batch size 1: each transition is ingested at once).
+    """
+
+    blocking = True
+
+    def __init__(self, worker: EnvWorker):
+        self.worker = worker
+
+    def take(self) -> list[Received]:
+        """Step the environment once; return the transition."""
+        batch = self.worker.step()
+        if batch is None:
+            return []
+        return [Received(batch, self.worker.worker_id, self.worker.take_episode_metrics())]
+
+    def maintain(self, learner: Learner) -> None:
+        """Nothing to maintain in one process."""
+
+    def metrics(self) -> dict[str, float]:
+        """Report nothing: there is no transport in one process."""
+        return {}
+
+    def publish(self, state: PolicyState) -> int:
+        """Load the state into the worker as the next version; return that version."""
+        version = max(state.version, self.worker.policy.version) + 1
+        self.worker.load_policy(dataclasses.replace(state, version=version))
+        return version
+
+
+class PolicyEvaluator:
+    """
+    Deterministic episodes of a policy snapshot on fixed seeds.
+
+    :param env: the evaluation environment.
+    :param hidden: hidden layer widths of the actor.
+    :param episodes: episodes per snapshot.
+    :param seed: reset seed of the first episode (episode ``k`` uses ``seed + k``).
+    """
+
+    def __init__(self, env: Any, hidden: Sequence[int], episodes: int, seed: int = EVAL_SEED):
+        self.env, self.episodes, self.seed = env, int(episodes), int(seed)
+        obs_dim = env.observation_space.shape[0]
+        act_dim = env.action_space.shape[0]
+        self.policy = WorkerPolicy(obs_dim, act_dim, hidden)
+        self._done: list[tuple[int, EpisodeStats]] = []
+
+    def score(self, state: PolicyState) -> EpisodeStats:
+        """Run the episodes with ``state``'s deterministic policy; return their statistics."""
+        self.policy.load(state)
+        return run_episodes(self.env, lambda o: self.policy.act(o, deterministic=True),
+                            self.episodes, seed=self.seed)
+
+    def submit(self, state: PolicyState) -> bool:
+        """Score ``state`` now (inline); the result comes with the next :meth:`poll`."""
+        self._done.append((state.version, self.score(state)))
+        return True
+
+    def poll(self) -> list[tuple[int, EpisodeStats]]:
+        """Return the scores since the last call."""
+        out, self._done = self._done, []
+        return out
