@@ -69,6 +69,11 @@ def test_cb3_needs_125_hz_and_a_stop_or_local_control_fails(capsys):
         table = rows(capsys.readouterr().out)
         assert table['safety status'][0] == 'FAIL'
         assert table['safety status'][1].startswith('PROTECTIVE_STOP (protective_stopped)')
+        double.call('power_off')
+        assert preflight.main(['--robot-ip', double.ip, '--frequency', '125']) == 1
+        table = rows(capsys.readouterr().out)
+        assert table['robot mode'] == ('FAIL', 'POWER_OFF: power on and release the brakes '
+                                       'first')
     finally:
         double.close()
 

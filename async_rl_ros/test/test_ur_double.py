@@ -27,7 +27,7 @@ rtde_control = pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 
 rtde_receive = pytest.importorskip('rtde_receive', reason='needs ur-rtde==1.6.5')
 dashboard_client = pytest.importorskip('dashboard_client', reason='needs ur-rtde==1.6.5')
 
-from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip checks
+from ur_double.harness import _binds, DoubleProcess  # noqa: E402 -- after the skip checks
 
 HOME = [0.0, -1.5708, 1.5708, -1.5708, -1.5708, 0.0]
 
@@ -190,5 +190,42 @@ def test_protective_stop_needs_the_cooldown_then_unlocks(double):
         assert double.state()['safety'] == 'ROBOT_EMERGENCY_STOP'
     finally:
         control.disconnect()
+        receive.disconnect()
+        dash.disconnect()
+
+
+def test_each_double_gets_a_free_address_of_its_own():
+    first = DoubleProcess()
+    try:
+        assert first.ip.startswith('127.') and not _binds(first.ip)  # its ports are taken
+        second = DoubleProcess()
+        try:
+            assert second.ip != first.ip
+            assert second.state()['runtime_state'] == 1
+        finally:
+            second.close()
+        # An address given explicitly is not replaced: taken, it fails with the reason.
+        with pytest.raises(RuntimeError, match=f'the double on {first.ip} did not start'):
+            DoubleProcess(first.ip)
+    finally:
+        first.close()
+    assert _binds(first.ip)
+
+
+@pytest.mark.parametrize('double', [{}], indirect=True)
+def test_a_stall_holds_every_answer_and_data_package_until_it_ends(double):
+    receive = rtde_receive.RTDEReceiveInterface(double.ip)
+    dash = dashboard_client.DashboardClient(double.ip)
+    dash.connect()
+    try:
+        double.call('stall', 0.8)
+        start = time.monotonic()
+        stamps = _timestamps(receive, 0.3)
+        assert stamps.size <= 2                   # at most one package was on its way
+        assert dash.polyscopeVersion().startswith('5.')   # answered once the stall ends
+        assert time.monotonic() - start >= 0.7
+        assert _timestamps(receive, 0.2).size >= 5        # data flows again
+        assert receive.isConnected() and dash.isConnected()
+    finally:
         receive.disconnect()
         dash.disconnect()
