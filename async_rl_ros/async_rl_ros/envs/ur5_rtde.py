@@ -140,6 +140,7 @@ class UR5RTDE(Recovery):
         self._lock = threading.RLock()
         self._sleep = sleep or self._interruptible_sleep
         self._runtime = 0                     # runtime_state of the newest sample
+        self._sample: tuple | None = None     # the verdict's sample, until the next request
         self.link: ClientProcess | None = None
         self.series = 'e-Series'
         _check_ur_rtde()
@@ -198,10 +199,17 @@ class UR5RTDE(Recovery):
 
     def read(self) -> ArmState:
         """Return the newest controller sample (and record its age)."""
+        return self._to_state(self._request_sample())
+
+    def _request_sample(self) -> tuple:
         link = self.link
+        self._sample = None
         if link is None:
             raise LinkLost('the ur5 backend has no client process (closed or reconnecting)')
-        r_ok, _, stamp, q, qd, pose, _, runtime, _ = link.request('state')
+        return link.request('state')
+
+    def _to_state(self, sample: tuple) -> ArmState:
+        r_ok, _, stamp, q, qd, pose, _, runtime, _ = sample
         q = np.asarray(q, dtype=np.float64)
         pose = np.asarray(pose, dtype=np.float64)
         if not r_ok or q.shape != (6,) or pose.shape != (6,):
@@ -265,9 +273,15 @@ class UR5RTDE(Recovery):
                 raise
 
     def _fresh_or(self, cause: Cause | None) -> tuple[ArmState | None, Cause | None]:
-        """Read the state; a stale sample or a lost client becomes the cause (if none yet)."""
+        """
+        Read the state; a stale sample or a lost client becomes the cause (if none yet).
+
+        The sample the supervisor's verdict was drawn from just before is used when there is
+        one (one request fewer per check).
+        """
+        sample, self._sample = self._sample, None
         try:
-            state = self.read()
+            state = self._to_state(sample) if sample is not None else self.read()
         except RuntimeError as exc:
             if isinstance(exc, (NeedsPerson, BackendInterrupted)):
                 raise
@@ -321,14 +335,13 @@ class UR5RTDE(Recovery):
 
     # ------------------------------------------------------------------ stopping
     def _verdict(self, control_required: bool = True) -> tuple[Verdict, str]:
-        link = self.link
         try:
-            if link is None:
-                raise LinkLost('no client process')
-            r_ok, c_ok, _, _, _, _, bits, runtime, mode = link.request('state')
+            sample = self._request_sample()
         except RuntimeError as exc:
             verdict, why = classify(False, 0, 0)
             return verdict, f'{why} ({exc})'
+        r_ok, c_ok, _, _, _, _, bits, runtime, mode = sample
+        self._sample = sample    # the step reads the state from it
         self._runtime = int(runtime)
         return classify(bool(r_ok and (c_ok or not control_required)), int(bits), int(runtime),
                         int(mode))
