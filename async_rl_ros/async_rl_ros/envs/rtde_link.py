@@ -60,7 +60,9 @@ def _describe(code: int | None) -> str:
     return f'exit status {code}'
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen, owner: int) -> None:
+    if os.getpid() != owner:
+        return   # a forked copy of the worker exits: the client is not its own
     if proc.poll() is None:
         proc.kill()
     try:
@@ -94,11 +96,11 @@ class ClientProcess:
                  '--parent-pid', str(os.getpid()), '--pdeathsig', 'kill' if main else 'term',
                  '--ip', ip, '--frequency', repr(self.frequency)],
                 pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2,
-                close_fds=True)
+                close_fds=True, start_new_session=True)  # Ctrl-C is for the worker alone
         finally:
             child.close()
         self._conn = Connection(parent.detach())
-        self._finalizer = weakref.finalize(self, _kill, self.proc)
+        self._finalizer = weakref.finalize(self, _kill, self.proc, os.getpid())
         self.pid = self._receive(_START_TIMEOUT, 'start')
 
     # ------------------------------------------------------------------ requests
