@@ -254,8 +254,9 @@ class Recovery:
             if self._closing.is_set() or self._interrupted.is_set():
                 raise BackendInterrupted('the ur5 backend was closed or interrupted while '
                                          'holding')
-            with contextlib.suppress(LinkLost):  # a lost link is recovered just below
-                self.link.call('control', 'kickWatchdog')
+            if self.link is not None:
+                with contextlib.suppress(LinkLost):  # a lost link is recovered just below
+                    self.link.call('control', 'kickWatchdog')
             self._ensure_ready()
         return 'policy gate', 'policy gate: ' + first
 

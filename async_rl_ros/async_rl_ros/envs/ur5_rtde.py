@@ -257,10 +257,11 @@ class UR5RTDE(Recovery):
     def _guard(self) -> Iterator[None]:
         """Serialize calls; on any exception (SIGINT included) speedStop, then stopScript."""
         with self._lock:
-            if self._closing.is_set() or self.link is None:
+            if self._closing.is_set():
                 raise RuntimeError('the ur5 backend is closed')
             if self.halted:
                 raise NeedsPerson('the arm was halted; a person must restart the worker')
+            # No link (a reconnection was interrupted): the supervisor reconnects first.
             try:
                 yield
             except BaseException as exc:
@@ -357,8 +358,9 @@ class UR5RTDE(Recovery):
         """
         self._servo_target = None
         link = self.link
-        if link is None or not link.alive():
-            return self._stop_failed('no link to the controller (its watchdog stops the arm)')
+        if link is None or not link.alive():   # counted as the lost link it is
+            _LOG.warning('no stop sent: no link to the controller (its watchdog stops the arm)')
+            return False
         method = 'servoStop' if self.rt.control_mode == 'servoj' else 'speedStop'
         why = ''
         for _ in range(_STOP_ATTEMPTS):
