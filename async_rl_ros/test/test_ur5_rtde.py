@@ -15,92 +15,28 @@
 """
 The ur5 backend (real ur_rtde client) and its safety supervisor against the controller double.
 
-Each test runs its own double on its own loopback address and injects one fault; the
+Each test runs its own double on a free loopback address and injects one fault; the
 assertions read what the simulated arm did from the double (speed, position, counters).
 Every test also checks that the arm never left the safety box or exceeded the speed limits.
+Faults of the backend's own making (client crash, stall, power, stops) are in
+test_ur5_rtde_faults.py; the run helpers in ur_double/backend.py.
 """
 
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
-from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
-from async_rl_ros.envs.reach_env import UR5ReachEnv
+from async_rl_ros.core.config import ConfigError
 from async_rl_ros.envs.reach_task import OBS_SLICES
 from async_rl_ros.envs.rtde_supervisor import PolicyGate
-from async_rl_ros.envs.ur5_kinematics import fk_position
 from async_rl_ros.envs.ur5_rtde import NeedsPerson, UR5RTDE
 import numpy as np
 import pytest
 
 pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
+from ur_double.backend import drive, expected_speed, make_cfg, PUSH, Run  # noqa: E402
 from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
-
-PUSH = np.array([0.6, 0.0, 0.0, 0.0, 0.0, 0.0])   # joint 0 at 0.6 * 0.5 * 3.14 rad/s
-COOLDOWN = 0.3  # s: the double's protective-stop cool-down in these tests
-
-
-def make_cfg(ip, **overrides):
-    flat = {'backend': 'ur5', 'rtde.robot_ip': ip, 'rtde.speed_scaling': 0.5,
-            'rtde.protective_stop_cooldown_s': COOLDOWN, 'rtde.reconnect_initial_s': 0.1,
-            'rtde.reconnect_max_s': 0.4, 'task.home_noise': 0.02,
-            # 500 ms: a busy CI machine must not trip it by accident (default 10 Hz)
-            'rtde.watchdog_min_hz': 2.0}
-    flat.update(overrides)
-    return EnvWorkerConfig().replace(**flat)
-
-
-class Run:
-    """A double plus an env on it; records every observation for the safety check."""
-
-    def __init__(self, series='e', gate=None, **overrides):
-        self.double = DoubleProcess(series=series, cooldown=COOLDOWN)
-        try:
-            self.cfg = make_cfg(self.double.ip, **overrides)
-            backend = UR5RTDE(self.cfg, gate=gate)
-            self.env = UR5ReachEnv(self.cfg, backend=backend)
-        except BaseException:
-            self.double.close()
-            raise
-        self.backend = backend
-        self.observations = []
-
-    def reset(self, **options):
-        obs, info = self.env.reset(seed=0, options=options or None)
-        self.observations.append(obs)
-        return obs, info
-
-    def step(self, action=PUSH):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.observations.append(obs)
-        return obs, truncated, info
-
-    def moving(self):
-        return self.double.state()['speed'] > 0.05
-
-    def assert_safe(self):
-        """Zero safety violations: flange in the box, joints and speeds within limits."""
-        safety = self.env.safety
-        margin = self.cfg.safety.workspace_margin
-        for obs in self.observations:
-            q = obs[OBS_SLICES['q']]
-            assert safety.violation(tuple(obs[OBS_SLICES['ee_pos']])) <= margin + 1e-6
-            assert safety.violation(fk_position(q)) <= margin + 1e-6
-            assert np.all(np.abs(obs[OBS_SLICES['qd']]) <= np.array(safety.vmax) + 1e-6)
-        state = self.double.state()
-        assert state['max_speed'] <= min(self.cfg.safety.max_joint_speed) + 1e-9
-        assert safety.violation(fk_position(state['q'])) <= margin + 1e-6
-
-    def close(self):
-        try:
-            self.env.close()
-        finally:
-            self.double.close()
 
 
 @pytest.fixture
@@ -108,29 +44,6 @@ def run(request):
     r = Run(**request.param)
     yield r
     r.close()
-
-
-def drive(run, n):
-    """
-    Step until ``n`` steps in a row ran as commanded; return the last step's result.
-
-    Only 'stale controller state' may interrupt: on a starved CI machine the double can miss
-    its data deadline, and holding that step is the supervisor's job, not a failure.
-    """
-    clean = 0
-    for _ in range(n + 30):
-        out = run.step()
-        reason = out[2].get('interrupted')
-        assert reason in (None, 'stale controller state') and out[1] == bool(reason), out[2]
-        clean = 0 if reason else clean + 1
-        if clean == n:
-            return out
-    raise AssertionError(f'no {n} uninterrupted steps in a row')
-
-
-def expected_speed(cfg, action):
-    return action * cfg.task.action_scale * np.array(cfg.safety.max_joint_speed) * \
-        cfg.rtde.speed_scaling
 
 
 @pytest.mark.parametrize('run', [
@@ -415,173 +328,3 @@ def test_wrong_rate_for_a_cb3_and_local_control_are_refused_before_any_motion():
         assert double.state()['uploads'] == 0
     finally:
         double.close()
-
-
-def _gone(pid):
-    """Whether process ``pid`` has ended (a zombie counts: it runs no more code)."""
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[0] in 'ZX'
-    except FileNotFoundError:
-        return True
-
-
-@pytest.mark.parametrize('run', [{}], indirect=True)
-def test_a_3_s_link_stall_is_survived_the_arm_stops_and_the_backend_reconnects(run):
-    """
-    Issue 12 item 4: ur_rtde 1.6.5 segfaults in its own reconnect loop after a 3 s stall.
-
-    The client runs in a child process: the worker (this process) survives, the controller's
-    watchdog stops the arm during the stall, a fresh client reconnects and the arm steps again.
-    """
-    run.reset()
-    drive(run, 5)
-    assert run.moving()
-    old = run.backend.link
-    stall = 3.0
-    results = []
-
-    def step_until_interrupted():
-        for _ in range(200):
-            results.append(run.step())
-            if results[-1][1]:
-                return
-
-    stepper = threading.Thread(target=step_until_interrupted)
-    run.double.call('stall', stall)
-    start = time.monotonic()
-    stepper.start()
-    state = run.double.wait_for(lambda s: s['speed'] == 0.0, timeout=stall)
-    assert time.monotonic() - start < stall          # stopped during the stall
-    assert state['watchdog_trips'] == 1, state
-    stepper.join(60.0)
-    assert not stepper.is_alive()
-    obs, truncated, info = results[-1]
-    assert truncated and info['interrupted']
-    assert len(results) < 10                         # noticed within a few steps
-    assert run.backend.interruption in ('stale data', 'lost link')
-    assert sum(run.backend.interruptions.values()) >= 1
-    assert 'reconnected' in [kind for _, kind, _ in run.backend.events]
-    assert run.backend.link is not old and old.proc.poll() is not None
-    state = run.double.state()
-    np.testing.assert_allclose(obs[OBS_SLICES['q']], state['q'], atol=1e-6)  # the fresh state
-    assert state['runtime_state'] == 2 and state['watchdog_hz'] == 2.0
-    run.reset()
-    drive(run, 4)
-    assert run.moving()
-    run.assert_safe()
-
-
-@pytest.mark.parametrize('run', [{}], indirect=True)
-def test_a_crash_of_the_client_reads_as_a_lost_link(run):
-    """A native fault (SIGSEGV) of ur_rtde ends its process only; the backend reconnects."""
-    run.reset()
-    drive(run, 3)
-    old = run.backend.link
-    os.kill(old.pid, signal.SIGSEGV)
-    obs, truncated, info = run.step()
-    assert truncated and run.backend.interruption == 'lost link'
-    assert 'SIGSEGV' in info['interrupted'] or any(
-        'SIGSEGV' in detail for _, kind, detail in run.backend.events if kind == 'client_lost')
-    assert run.backend.link is not old and run.backend.link.alive()
-    run.double.wait_for(lambda s: s['speed'] == 0.0 and s['runtime_state'] == 2)
-    run.reset()
-    drive(run, 3)
-    assert run.moving()
-    run.assert_safe()
-
-
-def test_the_client_process_dies_with_the_worker_and_survives_its_starting_thread():
-    double = DoubleProcess()
-    try:
-        code = textwrap.dedent(f"""
-            import threading, time
-            from async_rl_ros.core.config import EnvWorkerConfig
-            from async_rl_ros.envs.ur5_rtde import UR5RTDE
-            cfg = EnvWorkerConfig().replace(**{{'backend': 'ur5', 'rtde.robot_ip': {double.ip!r},
-                                               'rtde.watchdog_min_hz': 2.0}})
-            made = []
-            thread = threading.Thread(target=lambda: made.append(UR5RTDE(cfg)))
-            thread.start()
-            thread.join()              # the thread that started the client has ended
-            time.sleep(0.5)
-            backend = made[0]
-            assert backend.link.alive(), 'the client died with its starting thread'
-            backend.reset(backend.read().q)
-            print(backend.link.pid, flush=True)
-            time.sleep(120)
-        """)
-        worker = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
-                                  text=True, env=dict(os.environ))
-        try:
-            line = worker.stdout.readline()
-            assert line.strip().isdigit(), (line, worker.wait(10.0))
-            child = int(line)
-            assert not _gone(child)
-        finally:
-            worker.kill()              # SIGKILL: no clean-up of its own runs
-            worker.wait()
-        deadline = time.monotonic() + 5.0
-        while not _gone(child):
-            assert time.monotonic() < deadline, 'the client process outlived the worker'
-            time.sleep(0.05)
-    finally:
-        double.close()
-
-
-@pytest.mark.parametrize('run', [{}], indirect=True)
-def test_an_arm_that_is_not_powered_on_is_refused_with_a_clear_reason(run):
-    run.reset()
-    drive(run, 3)
-    run.double.call('power_off')
-    with pytest.raises(NeedsPerson, match='robot mode POWER_OFF, not RUNNING.*power the arm on'):
-        run.step()
-    state = run.double.wait_for(lambda s: s['speed'] == 0.0)
-    uploads = state['uploads']
-    with pytest.raises(NeedsPerson, match='halted'):
-        run.step()
-    assert run.double.state()['uploads'] == uploads     # nothing was attempted
-    run.assert_safe()
-    # A controller that is powered off from the start: refused before anything runs.
-    double = DoubleProcess()
-    try:
-        double.call('power_off')
-        with pytest.raises(NeedsPerson, match='robot mode POWER_OFF.*nothing was moved'):
-            UR5RTDE(make_cfg(double.ip))
-        assert double.state()['uploads'] == 0
-    finally:
-        double.close()
-
-
-@pytest.mark.parametrize('run', [{'rtde.client_timeout_s': 0.5, 'rtde.watchdog_min_hz': 1.0}],
-                         indirect=True)
-def test_a_stop_the_controller_never_confirms_is_reported_and_needs_a_person(run):
-    """
-    Ctrl-C while the controller ignores speedStop/stopScript: NeedsPerson, never silence.
-
-    The client gives up on the stop (0.5 s) before the watchdog (1 s) ends the program (which
-    would confirm the stop); it is killed, and the watchdog then stops the arm.
-    """
-    run.reset()
-    drive(run, 3)
-    assert run.moving()
-    run.double.call('ignore_stops')
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.1, signal.raise_signal, args=(signal.SIGINT,))
-    try:
-        timer.start()
-        with pytest.raises(NeedsPerson, match='KeyboardInterrupt.*could not be confirmed') as err:
-            for _ in range(100):
-                run.step()
-    finally:
-        timer.join()
-        signal.signal(signal.SIGINT, previous)
-    assert isinstance(err.value.__cause__, KeyboardInterrupt)
-    assert run.backend.stop_failures >= 1
-    assert 'stop_failed' in [kind for _, kind, _ in run.backend.events]
-    # The client was killed: the controller's watchdog stops the arm.
-    state = run.double.wait_for(lambda s: s['speed'] == 0.0, timeout=5.0)
-    assert state['watchdog_trips'] == 1
-    with pytest.raises(NeedsPerson, match='halted'):
-        run.step()
-    run.assert_safe()
