@@ -69,6 +69,7 @@ class Recovery:
         """Start a client process, connect it, set up the control script; raise on failure."""
         self._drop_link()
         self.clock.reset()
+        self._control_up = False   # no control script of this link yet: nothing to halt
         link = self.link = ClientProcess(self.ip, self.frequency, self.rt.client_timeout_s)
         version = link.request('dashboard', timeout=_CONNECT_TIMEOUT)
         major = controller_major(version)
@@ -88,6 +89,7 @@ class Recovery:
                               'nothing was moved')
         if verdict is Verdict.PROTECTIVE_STOP:
             self._unlock_protective_stop()
+        self._control_up = True
         link.request('control', timeout=_CONNECT_TIMEOUT)
         self._arm_program()
 

@@ -141,6 +141,7 @@ class UR5RTDE(Recovery):
         self._sleep = sleep or self._interruptible_sleep
         self._runtime = 0                     # runtime_state of the newest sample
         self._sample: tuple | None = None     # the verdict's sample, until the next request
+        self._control_up = False              # the link's control interface was started
         self.link: ClientProcess | None = None
         self.series = 'e-Series'
         _check_ur_rtde()
@@ -394,8 +395,8 @@ class UR5RTDE(Recovery):
     def _halt(self) -> bool:
         """``speedStop`` then ``stopScript``; True once confirmed. Never raises: reports."""
         link = self.link
-        if link is None:
-            return True   # never connected, or closed (and halted) already
+        if link is None or not self._control_up:
+            return True   # closed already, or no control script was started through it
         try:
             verdict, why = self._verdict()
             if verdict is Verdict.DISCONNECTED:
