@@ -112,6 +112,9 @@ def test_a_crash_of_the_client_reads_as_a_lost_link(run):
     assert 'SIGSEGV' in info['interrupted'] or any(
         'SIGSEGV' in detail for _, kind, detail in run.backend.events if kind == 'client_lost')
     assert run.backend.link is not old and run.backend.link.alive()
+    summary = run.backend.summary()
+    assert summary['interruptions']['lost link'] == 1 and summary['client_losses'] == 1
+    assert summary['reconnects'] == 1 and summary['stop_failures'] == 0
     run.double.wait_for(lambda s: s['speed'] == 0.0 and s['runtime_state'] == 2)
     run.reset()
     drive(run, 3)

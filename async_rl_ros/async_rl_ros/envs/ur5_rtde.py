@@ -220,6 +220,19 @@ class UR5RTDE(Recovery):
         return ArmState(q=q, qd=np.asarray(qd, dtype=np.float64), ee_pos=pose[:3],
                         ee_quat=rotvec_to_quat(pose[3:]), stamp=float(stamp))
 
+    def summary(self) -> dict[str, Any]:
+        """
+        Return what a run's summary reports about the real arm.
+
+        ``interruptions``: truncated steps by kind; ``stop_failures``: stops that could not be
+        confirmed; ``reconnects``: fresh client processes after a lost link; ``client_losses``:
+        client processes that died, hung or broke the pipe (a native crash among them).
+        """
+        kinds = [kind for _, kind, _ in self.events]
+        return {'interruptions': dict(self.interruptions), 'stop_failures': self.stop_failures,
+                'reconnects': kinds.count('reconnected'),
+                'client_losses': kinds.count('client_lost')}
+
     def stop(self) -> None:
         """Bring the arm to a standstill (``speedStop``/``servoStop``)."""
         with self._lock:
