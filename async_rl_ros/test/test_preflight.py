@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip('rtde_receive', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
-from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
+from ur_double.harness import DoubleProcess, free_address  # noqa: E402 -- after the skip check
 
 
 def rows(text):
@@ -36,7 +36,7 @@ def rows(text):
 
 
 def test_passes_against_a_healthy_e_series(capsys):
-    double = DoubleProcess('127.0.0.32')
+    double = DoubleProcess()
     try:
         code = preflight.main(['--robot-ip', double.ip])
     finally:
@@ -55,7 +55,7 @@ def test_passes_against_a_healthy_e_series(capsys):
 
 
 def test_cb3_needs_125_hz_and_a_stop_or_local_control_fails(capsys):
-    double = DoubleProcess('127.0.0.33', series='cb3')
+    double = DoubleProcess(series='cb3')
     try:
         assert preflight.main(['--robot-ip', double.ip]) == 1   # default rtde.frequency 500
         table = rows(capsys.readouterr().out)
@@ -69,12 +69,17 @@ def test_cb3_needs_125_hz_and_a_stop_or_local_control_fails(capsys):
         table = rows(capsys.readouterr().out)
         assert table['safety status'][0] == 'FAIL'
         assert table['safety status'][1].startswith('PROTECTIVE_STOP (protective_stopped)')
+        double.call('power_off')
+        assert preflight.main(['--robot-ip', double.ip, '--frequency', '125']) == 1
+        table = rows(capsys.readouterr().out)
+        assert table['robot mode'] == ('FAIL', 'POWER_OFF: power on and release the brakes '
+                                       'first')
     finally:
         double.close()
 
 
 def test_local_control_and_slow_answers_fail(capsys):
-    double = DoubleProcess('127.0.0.34', not_remote=True)
+    double = DoubleProcess(not_remote=True)
     try:
         double.call('slow', 0.08)
         assert preflight.main(['--robot-ip', double.ip, '--max-latency-ms', '40']) == 1
@@ -90,7 +95,7 @@ def test_local_control_and_slow_answers_fail(capsys):
 
 
 def test_nothing_listening_fails_reachability(capsys):
-    assert preflight.main(['--robot-ip', '127.0.0.35']) == 1
+    assert preflight.main(['--robot-ip', free_address()]) == 1
     table = rows(capsys.readouterr().out)
     assert table['reachability'][0] == 'FAIL'
     assert 'Connection refused' in table['reachability'][1]

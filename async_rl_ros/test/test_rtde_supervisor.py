@@ -17,8 +17,9 @@
 import threading
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, RTDEConfig
-from async_rl_ros.envs.rtde_supervisor import (backoff, classify, NeedsPerson, PolicyGate,
-                                               ProtectiveStopLog, SAFETY_BITS, StateClock, Verdict)
+from async_rl_ros.envs.rtde_supervisor import (backoff, classify, INTERRUPTION_KINDS,
+                                               NeedsPerson, PolicyGate, ProtectiveStopLog,
+                                               SAFETY_BITS, StateClock, Verdict)
 import pytest
 
 
@@ -43,6 +44,25 @@ def test_classify(connected, safety, runtime, verdict):
     got, why = classify(connected, safety, runtime)
     assert got is verdict
     assert bool(why) == (verdict is not Verdict.RUN)
+
+
+@pytest.mark.parametrize('mode, name', [(3, 'POWER_OFF'), (5, 'IDLE'), (2, 'BOOTING'),
+                                        (6, 'BACKDRIVE'), (-1, 'NO_CONTROLLER'), (42, '42')])
+def test_an_arm_not_powered_on_and_released_is_for_a_person(mode, name):
+    got, why = classify(True, bits('normal'), 1, mode)
+    assert got is Verdict.NOT_POWERED
+    assert why.startswith(f'robot mode {name}, not RUNNING')
+    assert classify(True, bits('normal'), 2, 7)[0] is Verdict.RUN
+    # A lost link or an emergency stop is named as such, whatever the mode says.
+    assert classify(False, 0, 0, mode)[0] is Verdict.DISCONNECTED
+    assert classify(True, bits('emergency_stopped'), 1, mode)[0] is Verdict.HALT
+
+
+def test_recovered_verdicts_name_their_interruption_kind():
+    kinds = {v.kind for v in (Verdict.PROTECTIVE_STOP, Verdict.PROGRAM_STOPPED,
+                              Verdict.DISCONNECTED)}
+    assert kinds == {'protective stop', 'program stopped', 'lost link'}
+    assert kinds <= set(INTERRUPTION_KINDS)
 
 
 def test_protective_stops_beyond_the_limit_in_the_window_need_a_person():

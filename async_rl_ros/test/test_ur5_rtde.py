@@ -15,88 +15,28 @@
 """
 The ur5 backend (real ur_rtde client) and its safety supervisor against the controller double.
 
-Each test runs its own double on its own loopback address and injects one fault; the
+Each test runs its own double on a free loopback address and injects one fault; the
 assertions read what the simulated arm did from the double (speed, position, counters).
 Every test also checks that the arm never left the safety box or exceeded the speed limits.
+Faults of the backend's own making (client crash, stall, power, stops) are in
+test_ur5_rtde_faults.py; the run helpers in ur_double/backend.py.
 """
 
 import signal
 import threading
 import time
 
-from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
-from async_rl_ros.envs.reach_env import UR5ReachEnv
+from async_rl_ros.core.config import ConfigError
 from async_rl_ros.envs.reach_task import OBS_SLICES
 from async_rl_ros.envs.rtde_supervisor import PolicyGate
-from async_rl_ros.envs.ur5_kinematics import fk_position
 from async_rl_ros.envs.ur5_rtde import NeedsPerson, UR5RTDE
 import numpy as np
 import pytest
 
 pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
+from ur_double.backend import drive, expected_speed, make_cfg, PUSH, Run  # noqa: E402
 from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
-
-PUSH = np.array([0.6, 0.0, 0.0, 0.0, 0.0, 0.0])   # joint 0 at 0.6 * 0.5 * 3.14 rad/s
-COOLDOWN = 0.3  # s: the double's protective-stop cool-down in these tests
-
-
-def make_cfg(ip, **overrides):
-    flat = {'backend': 'ur5', 'rtde.robot_ip': ip, 'rtde.speed_scaling': 0.5,
-            'rtde.protective_stop_cooldown_s': COOLDOWN, 'rtde.reconnect_initial_s': 0.1,
-            'rtde.reconnect_max_s': 0.4, 'task.home_noise': 0.02,
-            # 500 ms: a busy CI machine must not trip it by accident (default 10 Hz)
-            'rtde.watchdog_min_hz': 2.0}
-    flat.update(overrides)
-    return EnvWorkerConfig().replace(**flat)
-
-
-class Run:
-    """A double plus an env on it; records every observation for the safety check."""
-
-    def __init__(self, ip, series='e', gate=None, **overrides):
-        self.double = DoubleProcess(ip, series=series, cooldown=COOLDOWN)
-        try:
-            self.cfg = make_cfg(ip, **overrides)
-            backend = UR5RTDE(self.cfg, gate=gate)
-            self.env = UR5ReachEnv(self.cfg, backend=backend)
-        except BaseException:
-            self.double.close()
-            raise
-        self.backend = backend
-        self.observations = []
-
-    def reset(self, **options):
-        obs, info = self.env.reset(seed=0, options=options or None)
-        self.observations.append(obs)
-        return obs, info
-
-    def step(self, action=PUSH):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.observations.append(obs)
-        return obs, truncated, info
-
-    def moving(self):
-        return self.double.state()['speed'] > 0.05
-
-    def assert_safe(self):
-        """Zero safety violations: flange in the box, joints and speeds within limits."""
-        safety = self.env.safety
-        margin = self.cfg.safety.workspace_margin
-        for obs in self.observations:
-            q = obs[OBS_SLICES['q']]
-            assert safety.violation(tuple(obs[OBS_SLICES['ee_pos']])) <= margin + 1e-6
-            assert safety.violation(fk_position(q)) <= margin + 1e-6
-            assert np.all(np.abs(obs[OBS_SLICES['qd']]) <= np.array(safety.vmax) + 1e-6)
-        state = self.double.state()
-        assert state['max_speed'] <= min(self.cfg.safety.max_joint_speed) + 1e-9
-        assert safety.violation(fk_position(state['q'])) <= margin + 1e-6
-
-    def close(self):
-        try:
-            self.env.close()
-        finally:
-            self.double.close()
 
 
 @pytest.fixture
@@ -106,33 +46,10 @@ def run(request):
     r.close()
 
 
-def drive(run, n):
-    """
-    Step until ``n`` steps in a row ran as commanded; return the last step's result.
-
-    Only 'stale controller state' may interrupt: on a starved CI machine the double can miss
-    its data deadline, and holding that step is the supervisor's job, not a failure.
-    """
-    clean = 0
-    for _ in range(n + 30):
-        out = run.step()
-        reason = out[2].get('interrupted')
-        assert reason in (None, 'stale controller state') and out[1] == bool(reason), out[2]
-        clean = 0 if reason else clean + 1
-        if clean == n:
-            return out
-    raise AssertionError(f'no {n} uninterrupted steps in a row')
-
-
-def expected_speed(cfg, action):
-    return action * cfg.task.action_scale * np.array(cfg.safety.max_joint_speed) * \
-        cfg.rtde.speed_scaling
-
-
 @pytest.mark.parametrize('run', [
-    {'ip': '127.0.0.21', 'series': 'cb3', 'rtde.frequency': 125.0,
+    {'series': 'cb3', 'rtde.frequency': 125.0,
      'rtde.control_mode': 'servoj'},
-    {'ip': '127.0.0.22', 'series': 'e'},
+    {'series': 'e'},
 ], indirect=True)
 def test_reset_moves_home_and_steps_follow_the_commands(run):
     obs, info = run.reset()
@@ -179,7 +96,7 @@ def test_reset_moves_home_and_steps_follow_the_commands(run):
     np.testing.assert_allclose(run.double.state()['q'], before, atol=1e-9)
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.23'}], indirect=True)
+@pytest.mark.parametrize('run', [{}], indirect=True)
 def test_protective_stop_truncates_unlocks_and_resumes(run):
     run.reset()
     drive(run, 5)
@@ -193,13 +110,15 @@ def test_protective_stop_truncates_unlocks_and_resumes(run):
     np.testing.assert_allclose(obs[OBS_SLICES['q']], state['q'], atol=1e-6)  # fresh state
     kinds = [kind for _, kind, _ in run.backend.events if kind != 'stale']
     assert kinds == ['protective_stop', 'unlocked', 'program_restarted']
+    assert run.backend.interruption == 'protective stop'
+    assert run.backend.interruptions['protective stop'] == 1
     run.reset()
     drive(run, 5)
     assert run.moving()
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.24', 'rtde.protective_stop_limit': 1}],
+@pytest.mark.parametrize('run', [{'rtde.protective_stop_limit': 1}],
                          indirect=True)
 def test_too_many_protective_stops_stop_and_ask_for_a_person(run):
     run.reset()
@@ -220,7 +139,7 @@ def test_too_many_protective_stops_stop_and_ask_for_a_person(run):
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.25'}], indirect=True)
+@pytest.mark.parametrize('run', [{}], indirect=True)
 def test_link_drop_reconnects_and_never_moves_on_the_old_state(run):
     run.reset()
     drive(run, 5)
@@ -229,6 +148,7 @@ def test_link_drop_reconnects_and_never_moves_on_the_old_state(run):
     run.double.call('drop', 0.6)        # longer than the watchdog period
     obs, truncated, info = run.step()
     assert truncated and 'connection' in info['interrupted']
+    assert run.backend.interruptions['lost link'] == 1
     state = run.double.state()
     # The watchdog stopped the arm while the link was down; the returned observation is the
     # fresh one after reconnecting (the arm at rest where it stopped), not the old one.
@@ -243,7 +163,7 @@ def test_link_drop_reconnects_and_never_moves_on_the_old_state(run):
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.26'}], indirect=True)
+@pytest.mark.parametrize('run', [{}], indirect=True)
 def test_emergency_stop_halts_and_never_recovers(run):
     run.reset()
     for _ in range(5):
@@ -263,7 +183,7 @@ def test_emergency_stop_halts_and_never_recovers(run):
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.27', 'gate': PolicyGate(2, 60.0)}],
+@pytest.mark.parametrize('run', [{'gate': PolicyGate(2, 60.0)}],
                          indirect=True)
 def test_policy_gate_holds_the_arm_still(run):
     gate = run.backend.gate
@@ -288,12 +208,13 @@ def test_policy_gate_holds_the_arm_still(run):
         stepper.join(10.0)
     obs, truncated, info = result['out']
     assert truncated and info['interrupted'].startswith('policy gate: policy is 4 versions')
+    assert run.backend.interruptions['policy gate'] == 1
     run.reset()
     drive(run, 1)
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.38', 'gate': PolicyGate(2, 60.0)}],
+@pytest.mark.parametrize('run', [{'gate': PolicyGate(2, 60.0)}],
                          indirect=True)
 def test_interrupt_ends_a_step_held_by_the_gate_and_the_arm_stays_still(run):
     """What a lifecycle deactivate does while the gate holds the arm (the node's _halt)."""
@@ -329,7 +250,7 @@ def test_interrupt_ends_a_step_held_by_the_gate_and_the_arm_stays_still(run):
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.28'}], indirect=True)
+@pytest.mark.parametrize('run', [{}], indirect=True)
 def test_a_stalled_worker_is_stopped_by_the_watchdog_then_restarts(run):
     run.reset()
     drive(run, 5)
@@ -347,7 +268,7 @@ def test_a_stalled_worker_is_stopped_by_the_watchdog_then_restarts(run):
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.29'}], indirect=True)
+@pytest.mark.parametrize('run', [{}], indirect=True)
 def test_frozen_data_holds_the_arm_and_sends_no_motion(run):
     run.reset()
     for _ in range(3):
@@ -361,7 +282,7 @@ def test_frozen_data_holds_the_arm_and_sends_no_motion(run):
     run.assert_safe()
 
 
-@pytest.mark.parametrize('run', [{'ip': '127.0.0.30'}], indirect=True)
+@pytest.mark.parametrize('run', [{}], indirect=True)
 def test_sigint_and_close_stop_the_arm_then_the_script(run):
     run.reset()
     drive(run, 3)
@@ -393,14 +314,14 @@ def test_sigint_and_close_stop_the_arm_then_the_script(run):
 
 
 def test_wrong_rate_for_a_cb3_and_local_control_are_refused_before_any_motion():
-    double = DoubleProcess('127.0.0.36', series='cb3')
+    double = DoubleProcess(series='cb3')
     try:
         with pytest.raises(ConfigError, match=r'rtde.frequency = 500.0 .*125 on a CB3'):
             UR5RTDE(make_cfg(double.ip))                  # default 500 Hz
         assert double.state()['uploads'] == 0
     finally:
         double.close()
-    double = DoubleProcess('127.0.0.37', not_remote=True)
+    double = DoubleProcess(not_remote=True)
     try:
         with pytest.raises(NeedsPerson, match='Remote Control'):
             UR5RTDE(make_cfg(double.ip))

@@ -27,7 +27,7 @@ rtde_control = pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 
 rtde_receive = pytest.importorskip('rtde_receive', reason='needs ur-rtde==1.6.5')
 dashboard_client = pytest.importorskip('dashboard_client', reason='needs ur-rtde==1.6.5')
 
-from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip checks
+from ur_double.harness import _binds, DoubleProcess  # noqa: E402 -- after the skip checks
 
 HOME = [0.0, -1.5708, 1.5708, -1.5708, -1.5708, 0.0]
 
@@ -52,8 +52,8 @@ def _timestamps(receive, seconds):
 
 
 @pytest.mark.parametrize('double, major, hz', [
-    ({'ip': '127.0.0.11', 'series': 'cb3'}, 3, 125.0),
-    ({'ip': '127.0.0.12', 'series': 'e'}, 5, 500.0),
+    ({'series': 'cb3'}, 3, 125.0),
+    ({'series': 'e'}, 5, 500.0),
 ], indirect=['double'])
 def test_connect_and_read_state(double, major, hz):
     dash = dashboard_client.DashboardClient(double.ip)
@@ -80,7 +80,7 @@ def test_connect_and_read_state(double, major, hz):
         dash.disconnect()
 
 
-@pytest.mark.parametrize('double', [{'ip': '127.0.0.13'}], indirect=True)
+@pytest.mark.parametrize('double', [{}], indirect=True)
 def test_speedj_servoj_movej_move_the_joints_as_commanded(double):
     receive = rtde_receive.RTDEReceiveInterface(double.ip)
     control = rtde_control.RTDEControlInterface(double.ip)
@@ -128,7 +128,7 @@ def test_speedj_servoj_movej_move_the_joints_as_commanded(double):
         receive.disconnect()
 
 
-@pytest.mark.parametrize('double', [{'ip': '127.0.0.14'}], indirect=True)
+@pytest.mark.parametrize('double', [{}], indirect=True)
 def test_watchdog_halts_motion_when_the_kicks_stop(double):
     receive = rtde_receive.RTDEReceiveInterface(double.ip)
     control = rtde_control.RTDEControlInterface(double.ip)
@@ -155,7 +155,7 @@ def test_watchdog_halts_motion_when_the_kicks_stop(double):
         receive.disconnect()
 
 
-@pytest.mark.parametrize('double', [{'ip': '127.0.0.15', 'cooldown': 0.3}], indirect=True)
+@pytest.mark.parametrize('double', [{'cooldown': 0.3}], indirect=True)
 def test_protective_stop_needs_the_cooldown_then_unlocks(double):
     receive = rtde_receive.RTDEReceiveInterface(double.ip)
     control = rtde_control.RTDEControlInterface(double.ip)
@@ -190,5 +190,42 @@ def test_protective_stop_needs_the_cooldown_then_unlocks(double):
         assert double.state()['safety'] == 'ROBOT_EMERGENCY_STOP'
     finally:
         control.disconnect()
+        receive.disconnect()
+        dash.disconnect()
+
+
+def test_each_double_gets_a_free_address_of_its_own():
+    first = DoubleProcess()
+    try:
+        assert first.ip.startswith('127.') and not _binds(first.ip)  # its ports are taken
+        second = DoubleProcess()
+        try:
+            assert second.ip != first.ip
+            assert second.state()['runtime_state'] == 1
+        finally:
+            second.close()
+        # An address given explicitly is not replaced: taken, it fails with the reason.
+        with pytest.raises(RuntimeError, match=f'the double on {first.ip} did not start'):
+            DoubleProcess(first.ip)
+    finally:
+        first.close()
+    assert _binds(first.ip)
+
+
+@pytest.mark.parametrize('double', [{}], indirect=True)
+def test_a_stall_holds_every_answer_and_data_package_until_it_ends(double):
+    receive = rtde_receive.RTDEReceiveInterface(double.ip)
+    dash = dashboard_client.DashboardClient(double.ip)
+    dash.connect()
+    try:
+        double.call('stall', 0.8)
+        start = time.monotonic()
+        stamps = _timestamps(receive, 0.3)
+        assert stamps.size <= 2                   # at most one package was on its way
+        assert dash.polyscopeVersion().startswith('5.')   # answered once the stall ends
+        assert time.monotonic() - start >= 0.7
+        assert _timestamps(receive, 0.2).size >= 5        # data flows again
+        assert receive.isConnected() and dash.isConnected()
+    finally:
         receive.disconnect()
         dash.disconnect()

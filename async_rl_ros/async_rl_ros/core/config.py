@@ -202,6 +202,10 @@ class RTDEConfig(Section):
                                     unit='s', low=0.01, high=600.0)
     reconnect_attempts: int = option(10, 'Failed reconnection attempts before the worker gives '
                                      'up with an error.', low=1, high=10**6)
+    client_timeout_s: float = option(2.0, 'Longest wait for an answer of the ur_rtde client '
+                                     'process; a later answer counts as a lost link (the process '
+                                     'is killed and restarted on reconnection).', unit='s',
+                                     low=0.1, high=60.0)
     max_policy_lag: int = option(8, 'The arm holds still while its policy is more than this '
                                  'many versions behind the learner.', unit='versions',
                                  low=0, high=INT32_MAX)

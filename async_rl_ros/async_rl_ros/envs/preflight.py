@@ -31,14 +31,11 @@ import sys
 import time
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, load_node_config
-from async_rl_ros.envs.rtde_supervisor import SAFETY_BITS
+from async_rl_ros.envs.rtde_supervisor import ROBOT_MODE_RUNNING, ROBOT_MODES, SAFETY_BITS
 
 __all__ = ['Check', 'run_checks', 'format_table', 'main']
 
 PORTS = {'dashboard': 29999, 'script': 30003, 'rtde': 30004}
-ROBOT_MODES = {-1: 'NO_CONTROLLER', 0: 'DISCONNECTED', 1: 'CONFIRM_SAFETY', 2: 'BOOTING',
-               3: 'POWER_OFF', 4: 'POWER_ON', 5: 'IDLE', 6: 'BACKDRIVE', 7: 'RUNNING',
-               8: 'UPDATING_FIRMWARE'}
 SAFETY_MODES = {1: 'NORMAL', 2: 'REDUCED', 3: 'PROTECTIVE_STOP', 4: 'RECOVERY',
                 5: 'SAFEGUARD_STOP', 6: 'SYSTEM_EMERGENCY_STOP', 7: 'ROBOT_EMERGENCY_STOP',
                 8: 'VIOLATION', 9: 'FAULT', 10: 'VALIDATE_JOINT_ID', 11: 'UNDEFINED'}
@@ -148,8 +145,9 @@ def run_checks(ip: str, frequency: float = 500.0, max_latency_ms: float = 50.0,
                                 f'{rate:.0f} Hz measured, {want:g} Hz requested'))
             mode = int(receive.getRobotMode())
             mode_name = ROBOT_MODES.get(mode, str(mode))
-            checks.append(Check('robot mode', PASS if mode == 7 else FAIL,
-                                mode_name if mode == 7 else
+            running = mode == ROBOT_MODE_RUNNING
+            checks.append(Check('robot mode', PASS if running else FAIL,
+                                mode_name if running else
                                 f'{mode_name}: power on and release the brakes first'))
             safety = int(receive.getSafetyMode())
             bits = int(receive.getSafetyStatusBits())

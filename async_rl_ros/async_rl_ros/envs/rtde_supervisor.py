@@ -19,7 +19,8 @@ The RTDE backend (:mod:`async_rl_ros.envs.ur5_rtde`) asks these objects what to 
 look at numbers (status bits, timestamps, times), so every rule is unit-tested without a robot:
 
 * :func:`classify` -- what the controller's status means: run, recover a protective stop,
-  restart the program, reconnect, or halt for a person (emergency stop, safety fault);
+  restart the program, reconnect, or halt for a person (emergency stop, safety fault, an arm
+  that is not powered on and released);
 * :class:`ProtectiveStopLog` -- at most ``protective_stop_limit`` protective stops within
   ``protective_stop_window_s``, and the cool-down before an unlock;
 * :func:`backoff` -- reconnection delays, doubled after each failure;
@@ -39,7 +40,8 @@ from typing import Callable, Iterator
 from async_rl_ros.core.config import RTDEConfig
 
 __all__ = ['Verdict', 'NeedsPerson', 'classify', 'ProtectiveStopLog', 'backoff', 'StateClock',
-           'PolicyGate', 'SAFETY_BITS', 'RUNTIME_PLAYING']
+           'PolicyGate', 'SAFETY_BITS', 'RUNTIME_PLAYING', 'ROBOT_MODES', 'ROBOT_MODE_RUNNING',
+           'INTERRUPTION_KINDS']
 
 #: ``safety_status_bits`` of a UR controller (RTDE output), bit index by meaning.
 SAFETY_BITS = {'normal': 0, 'reduced': 1, 'protective_stopped': 2, 'recovery': 3,
@@ -48,6 +50,15 @@ SAFETY_BITS = {'normal': 0, 'reduced': 1, 'protective_stopped': 2, 'recovery': 3
                'fault': 9, 'stopped_due_to_safety': 10}
 #: ``runtime_state`` of a running program.
 RUNTIME_PLAYING = 2
+#: ``robot_mode`` of a UR controller (RTDE output) by value.
+ROBOT_MODES = {-1: 'NO_CONTROLLER', 0: 'DISCONNECTED', 1: 'CONFIRM_SAFETY', 2: 'BOOTING',
+               3: 'POWER_OFF', 4: 'POWER_ON', 5: 'IDLE', 6: 'BACKDRIVE', 7: 'RUNNING',
+               8: 'UPDATING_FIRMWARE'}
+#: ``robot_mode`` of an arm that is powered on with its brakes released.
+ROBOT_MODE_RUNNING = 7
+#: Why a step was interrupted (the keys of ``UR5RTDE.interruptions``).
+INTERRUPTION_KINDS = ('stale data', 'protective stop', 'program stopped', 'lost link',
+                      'policy gate', 'command refused')
 _HALT_BITS = ('system_emergency_stopped', 'robot_emergency_stopped', 'emergency_stopped',
               'violation', 'fault', 'safeguard_stopped')
 
@@ -60,6 +71,13 @@ class Verdict(enum.Enum):
     PROGRAM_STOPPED = 'program_stopped'  #: the control script ended (watchdog): re-upload
     DISCONNECTED = 'disconnected'        #: reconnect with backoff, then re-read the state
     HALT = 'halt'                        #: emergency stop or safety fault: never auto-recover
+    NOT_POWERED = 'not_powered'          #: robot mode not RUNNING (off, idle, booting): a person
+
+    @property
+    def kind(self) -> str:
+        """Return how an interruption by this verdict is counted: an INTERRUPTION_KINDS entry."""
+        return {'protective_stop': 'protective stop', 'program_stopped': 'program stopped',
+                'disconnected': 'lost link'}.get(self.value, self.value)
 
 
 class NeedsPerson(RuntimeError):
@@ -70,13 +88,15 @@ def _bit(bits: int, name: str) -> bool:
     return bool(bits >> SAFETY_BITS[name] & 1)
 
 
-def classify(connected: bool, safety_bits: int, runtime_state: int) -> tuple[Verdict, str]:
+def classify(connected: bool, safety_bits: int, runtime_state: int,
+             robot_mode: int = ROBOT_MODE_RUNNING) -> tuple[Verdict, str]:
     """
     Decide from the controller's status what must happen before the next command.
 
     :param connected: both RTDE interfaces (receive and control) are connected.
     :param safety_bits: ``safety_status_bits``.
     :param runtime_state: ``runtime_state`` (2 = program playing).
+    :param robot_mode: ``robot_mode`` (7 = RUNNING: powered on, brakes released).
     :returns: the verdict and a reason in words.
     """
     if not connected:
@@ -84,6 +104,10 @@ def classify(connected: bool, safety_bits: int, runtime_state: int) -> tuple[Ver
     halted = [name for name in _HALT_BITS if _bit(safety_bits, name)]
     if halted:
         return Verdict.HALT, 'controller safety status: ' + ', '.join(halted)
+    if robot_mode != ROBOT_MODE_RUNNING:
+        name = ROBOT_MODES.get(robot_mode, str(robot_mode))
+        return Verdict.NOT_POWERED, (f'robot mode {name}, not RUNNING: the arm is not powered '
+                                     'on with its brakes released')
     if _bit(safety_bits, 'protective_stopped'):
         return Verdict.PROTECTIVE_STOP, 'protective stop'
     if runtime_state != RUNTIME_PLAYING:

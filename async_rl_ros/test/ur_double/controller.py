@@ -30,7 +30,7 @@ from async_rl_ros.envs.ur5_kinematics import fk
 import numpy as np
 import transforms3d
 
-__all__ = ['Controller', 'REALTIME_COMMANDS', 'RUNTIME', 'SAFETY_MODE']
+__all__ = ['Controller', 'REALTIME_COMMANDS', 'ROBOT_MODE', 'RUNTIME', 'SAFETY_MODE']
 
 #: Commands the control script processes every cycle, only signalling "ready".
 REALTIME_COMMANDS = frozenset({6, 9, 10, 11, 24, 25, 26, 27, 38, 58, 66, 67, 68, 69, 70, 71})
@@ -39,6 +39,7 @@ SAFETY_MODE = {'NORMAL': 1, 'PROTECTIVE_STOP': 3, 'ROBOT_EMERGENCY_STOP': 7, 'FA
 _SAFETY_BIT = {'NORMAL': 1 << 0, 'PROTECTIVE_STOP': 1 << 2, 'ROBOT_EMERGENCY_STOP': 1 << 6,
                'EMERGENCY_STOPPED': 1 << 7, 'FAULT': 1 << 9}
 ROBOT_MODE_RUNNING = 7
+ROBOT_MODE = {'POWER_OFF': 3, 'POWER_ON': 4, 'IDLE': 5, 'RUNNING': 7}
 MAX_JOINT_SPEED = 3.15     # rad/s: the UR5's joint speed limit (the double never exceeds it)
 STOP_DECEL = 10.0          # rad/s^2: a protective or emergency stop (category 1/0)
 PROTECTIVE_COOLDOWN = 5.0  # s: a protective stop cannot be unlocked earlier
@@ -68,6 +69,8 @@ class Controller:
         self.safety = 'NORMAL'
         self.safety_since = 0.0
         self.remote_control = True
+        self.robot_mode = ROBOT_MODE_RUNNING  # powered on, brakes released
+        self.ignore_stops = False     # fault: speedStop/servoStop/stopJ/stopScript never finish
         self.inputs: dict[str, float] = {}
         self.last_input = 0.0         # monotonic time of the last register write
         self.out_int = [0] * 48
@@ -110,8 +113,8 @@ class Controller:
             self.log.append((round(self.now(), 3), 'upload'))
             self.reg_int, self.reg_float = reg_int, reg_float
             self._halt_program('STOPPED')
-            if self.safety != 'NORMAL':
-                return  # a real controller refuses to start a program while stopped
+            if self.safety != 'NORMAL' or self.robot_mode != ROBOT_MODE_RUNNING:
+                return  # a real controller refuses to start a program while stopped or off
             self.inputs = {}
             self.executing = False
             self.busy = False
@@ -158,6 +161,19 @@ class Controller:
         with self.lock:
             if self.safety == 'ROBOT_EMERGENCY_STOP':
                 self.safety = 'NORMAL'
+
+    def power_off(self) -> None:
+        """Power the arm off (teach pendant): motion halts, the program stops."""
+        with self.lock:
+            self.robot_mode = ROBOT_MODE['POWER_OFF']
+            self.qd[:] = 0.0
+            self.mode = 'idle'
+            self._halt_program('STOPPED')
+
+    def power_on(self, release_brakes: bool) -> None:
+        """Dashboard ``power on`` (IDLE) or ``brake release`` (RUNNING)."""
+        with self.lock:
+            self.robot_mode = ROBOT_MODE['RUNNING' if release_brakes else 'IDLE']
 
     def _enter_safety(self, mode: str) -> None:
         self.safety = mode
@@ -232,6 +248,9 @@ class Controller:
         elif cmd == 0:
             self.executing = False
             self._out(0, 1)
+        elif cmd in (15, 16, 34, 255) and self.ignore_stops:
+            self._count(cmd)   # fault: the stop is never done (ur_rtde waits for it)
+            self.executing = True
         elif not self.executing:
             self._count(cmd)
             self.executing = True
@@ -283,7 +302,8 @@ class Controller:
         self.accel = max(a, 1e-3)
 
     def _integrate(self, dt: float) -> None:
-        moving_allowed = self.runtime == RUNTIME['PLAYING'] and self.safety == 'NORMAL'
+        moving_allowed = self.runtime == RUNTIME['PLAYING'] and self.safety == 'NORMAL' and \
+            self.robot_mode == ROBOT_MODE_RUNNING
         if not moving_allowed and self.mode not in ('idle', 'stop'):
             self.mode, self.accel = 'stop', STOP_DECEL
         if self.safety != 'NORMAL':
@@ -342,7 +362,7 @@ class Controller:
                 'actual_q': list(self.q), 'target_q': list(self.q),
                 'actual_qd': list(self.qd), 'target_qd': list(self.qd),
                 'actual_TCP_pose': pose, 'target_TCP_pose': pose,
-                'robot_mode': ROBOT_MODE_RUNNING, 'joint_mode': [255] * 6,
+                'robot_mode': self.robot_mode, 'joint_mode': [255] * 6,
                 'safety_mode': SAFETY_MODE[self.safety],
                 'safety_status': SAFETY_MODE[self.safety],
                 'runtime_state': self.runtime,
@@ -363,6 +383,7 @@ class Controller:
         with self.lock:
             return {'q': [float(x) for x in self.q], 'qd': [float(x) for x in self.qd],
                     'runtime_state': self.runtime, 'safety': self.safety,
+                    'robot_mode': self.robot_mode,
                     'mode': self.mode, 'watchdog_hz': self.watchdog_hz,
                     'counts': {str(k): v for k, v in self.counts.items()},
                     'uploads': self.uploads, 'watchdog_trips': self.watchdog_trips,

@@ -12,13 +12,20 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Start the double in a subprocess and drive its fault-injection port from a test."""
+"""
+Start the double in a subprocess and drive its fault-injection port from a test.
+
+Each double gets a loopback address of its own, drawn at random from 127.0.0.0/8 among those
+on which every port it needs binds (:func:`free_address`): a second checkout's test run or a
+double started by hand never collides with a test.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import random
 import select
 import socket
 import subprocess
@@ -28,38 +35,79 @@ import time
 
 from ur_double.server import CONTROL_PORT, PORTS
 
-__all__ = ['DoubleProcess']
+__all__ = ['DoubleProcess', 'free_address']
 
 _TEST_DIR = pathlib.Path(__file__).resolve().parents[1]
+_START_TRIES = 5   # a free address taken by another process in the meantime: draw again
+
+
+def _binds(ip: str) -> bool:
+    """Whether every port of the double (and its control port) can listen on ``ip``."""
+    socks = []
+    try:
+        for port in (CONTROL_PORT, *PORTS.values()):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((ip, port))
+            sock.listen(1)
+        return True
+    except OSError:
+        return False
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_address(tries: int = 200) -> str:
+    """
+    Return a loopback address on which nothing listens on any port the double needs.
+
+    Drawn at random from 127.1.0.1-127.254.255.254 (so that two test runs at once rarely
+    even try the same one), checked by binding every port.
+    """
+    rng = random.Random(os.getpid() * 1_000_003 + time.monotonic_ns())
+    for _ in range(tries):
+        ip = f'127.{rng.randint(1, 254)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}'
+        if _binds(ip):
+            return ip
+    raise RuntimeError(f'no loopback address with ports {CONTROL_PORT}, '
+                       f'{", ".join(map(str, PORTS.values()))} free after {tries} draws')
 
 
 class DoubleProcess:
     """
     A running ``python -m ur_double`` with a proxy for its control port.
 
-    :param ip: loopback address (127.0.0.N, one per test).
+    :param ip: loopback address; a free one (:func:`free_address`) when omitted.
     :param series: ``'e'`` (5.x, 500 Hz) or ``'cb3'`` (3.x, 125 Hz).
     :param cooldown: seconds a protective stop lasts before it can be unlocked.
     :param not_remote: report local control on the dashboard.
     """
 
-    def __init__(self, ip: str, series: str = 'e', cooldown: float = 5.0,
+    def __init__(self, ip: str | None = None, series: str = 'e', cooldown: float = 5.0,
                  not_remote: bool = False):
-        self.ip = ip
-        args = [sys.executable, '-m', 'ur_double', '--ip', ip, '--series', series,
-                '--cooldown', str(cooldown), '--parent-pid', str(os.getpid())]
-        if not_remote:
-            args.append('--not-remote')
-        env = dict(os.environ)
-        env['PYTHONPATH'] = os.pathsep.join([str(_TEST_DIR), env.get('PYTHONPATH', '')])
-        self.proc = subprocess.Popen(args, cwd=_TEST_DIR, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
         self._sock: socket.socket | None = None
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
+        for attempt in range(1 if ip else _START_TRIES):
+            self.ip = ip or free_address()
+            args = [sys.executable, '-m', 'ur_double', '--ip', self.ip, '--series', series,
+                    '--cooldown', str(cooldown), '--parent-pid', str(os.getpid())]
+            if not_remote:
+                args.append('--not-remote')
+            env = dict(os.environ)
+            env['PYTHONPATH'] = os.pathsep.join([str(_TEST_DIR), env.get('PYTHONPATH', '')])
+            self.proc = subprocess.Popen(args, cwd=_TEST_DIR, env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True)
+            try:
+                self._wait_ready()
+                return
+            except RuntimeError:
+                self.close()
+                if ip or attempt == _START_TRIES - 1:
+                    raise
+            except BaseException:
+                self.close()
+                raise
 
     def _wait_ready(self, timeout: float = 20.0) -> None:
         """Wait for the 'listening' line of this very process, then for its ports."""

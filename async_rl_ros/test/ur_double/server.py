@@ -31,7 +31,7 @@ import threading
 import time
 
 import numpy as np
-from ur_double.controller import Controller, RUNTIME
+from ur_double.controller import Controller, ROBOT_MODE, RUNTIME
 from ur_double.protocol import default_value, pack, PKG, recipe_struct, var_type
 
 __all__ = ['DoubleServer', 'PORTS', 'CONTROL_PORT']
@@ -98,6 +98,7 @@ class DoubleServer:
         self.freeze_grace = 0.0     # s after a freeze starts when motion commands still count
         self.motion_writes_frozen = 0  # speedJ/servoJ writes received while frozen (after grace)
         self.down_until = 0.0       # listeners closed (link down) before this time
+        self.stalled_until = 0.0    # link stalled (nothing flows either way) before this time
         self.stop_event = threading.Event()
         self._listeners: dict[str, socket.socket] = {}
         self._clients: set[socket.socket] = set()
@@ -199,7 +200,24 @@ class DoubleServer:
         if not self.stop_event.is_set():
             self._bind_all()
 
+    def stall_link(self, stall_s: float) -> None:
+        """
+        Stall the link for ``stall_s`` seconds: the connections stay open, nothing flows.
+
+        Like a pulled cable that is plugged back in: no data packages and no answers go out,
+        and what the clients send arrives only when the stall ends (TCP retransmits it).
+        """
+        self.stalled_until = time.monotonic() + stall_s
+        self.frozen_from = time.monotonic()
+        self.freeze_grace = 0.0
+        self.frozen_until = self.stalled_until
+
+    def _wait_stall(self) -> None:
+        while (left := self.stalled_until - time.monotonic()) > 0.0:
+            time.sleep(min(left, 0.02))
+
     def _pause(self) -> None:
+        self._wait_stall()
         if self.slow_s > 0.0:
             time.sleep(self.slow_s)
 
@@ -250,6 +268,7 @@ class DoubleServer:
             while not self.stop_event.is_set():
                 size, kind = struct.unpack('>HB', _recv_exact(sock, 3))
                 payload = _recv_exact(sock, size - 3)
+                self._wait_stall()
                 self._rtde_package(session, kind, payload)
         finally:
             session.started = False
@@ -322,6 +341,7 @@ class DoubleServer:
                 self._run_script(script)
 
     def _run_script(self, script: bytes) -> None:
+        self._wait_stall()
         if b'def ' not in script:
             return
         reg_int = _REG_INT.search(script)
@@ -360,7 +380,8 @@ class DoubleServer:
         if lower == 'is in remote control':
             return 'true' if ctrl.remote_control else 'false'
         if lower == 'robotmode':
-            return 'Robotmode: RUNNING'
+            names = {v: k for k, v in ROBOT_MODE.items()}
+            return f'Robotmode: {names.get(ctrl.robot_mode, ctrl.robot_mode)}'
         if lower == 'safetymode':
             return f'Safetymode: {ctrl.safety}'
         if lower == 'safetystatus':
@@ -380,8 +401,10 @@ class DoubleServer:
                 ctrl._halt_program('STOPPED')
             return 'Stopped'
         if lower == 'power on':
+            ctrl.power_on(release_brakes=False)
             return 'Powering on'
         if lower == 'brake release':
+            ctrl.power_on(release_brakes=True)
             return 'Brake releasing'
         if lower == 'restart safety':
             return 'Restarting safety'
@@ -419,10 +442,16 @@ class DoubleServer:
             ctrl.protective_stop()
         elif verb == 'estop':
             ctrl.emergency_stop()
+        elif verb == 'power_off':
+            ctrl.power_off()
+        elif verb == 'ignore_stops':
+            ctrl.ignore_stops = args[0] == 'true' if args else True
         elif verb == 'release_estop':
             ctrl.release_emergency_stop()
         elif verb == 'drop':
             self.drop_link(float(args[0]))
+        elif verb == 'stall':
+            self.stall_link(float(args[0]))
         elif verb == 'freeze':
             self.frozen_from = time.monotonic()
             self.freeze_grace = float(args[1]) if len(args) > 1 else 0.0

@@ -1,0 +1,195 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The ur_rtde client process: runs the native RTDE clients apart from the worker.
+
+ur_rtde 1.6.5 can crash natively (SIGSEGV in its internal reconnect loop after a link stall
+of a few seconds). Its clients therefore live in this small process, started by
+:class:`async_rl_ros.envs.rtde_link.ClientProcess` as ``python rtde_child.py --fd N
+--parent-pid P``; the worker survives the crash and reads it as a lost link.
+
+Protocol on the inherited socket (a :class:`multiprocessing.connection.Connection`): the
+parent sends ``(op, args)`` and receives ``('ok', value)`` or ``('err', type, message)``.
+Operations: ``dashboard`` (connect; returns the PolyScope version), ``receive`` and
+``control`` (construct the interfaces), ``state`` (one sample of everything the supervisor
+reads), ``call`` (any method of ``dashboard``, ``receive`` or ``control``), ``wait`` (wait in
+controller periods until a monotonic deadline), ``close``.
+
+The process ends when the parent goes: the pipe reaches its end, ``PR_SET_PDEATHSIG``
+delivers a signal, or a thread polling ``getppid`` sees the parent gone. This module imports
+only the standard library (and ur_rtde inside :func:`main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+__all__ = ['Clients', 'main']
+
+_PR_SET_PDEATHSIG = 1
+
+
+class Clients:
+    """The ur_rtde clients of one connection to one controller."""
+
+    def __init__(self, ip: str, frequency: float):
+        import dashboard_client
+        import rtde_control
+        import rtde_receive
+        self.modules = (dashboard_client, rtde_receive, rtde_control)
+        self.ip = ip
+        self.frequency = frequency
+        self.dashboard: Any = None
+        self.receive: Any = None
+        self.control: Any = None
+
+    def handle(self, op: str, args: tuple) -> Any:
+        """Run one operation; exceptions go back to the parent."""
+        if op == 'state':
+            return self.state()
+        if op == 'call':
+            target, method, call_args = args
+            client = getattr(self, target)
+            if client is None:
+                raise RuntimeError(f'the {target} client is not connected')
+            return getattr(client, method)(*call_args)
+        if op == 'wait':
+            return self.wait(*args)
+        if op == 'dashboard':
+            self.dashboard = self.modules[0].DashboardClient(self.ip)
+            self.dashboard.connect()
+            return self.dashboard.polyscopeVersion()
+        if op == 'receive':
+            self.receive = self.modules[1].RTDEReceiveInterface(self.ip, self.frequency)
+            return True
+        if op == 'control':
+            self.control = self.modules[2].RTDEControlInterface(self.ip, self.frequency)
+            return True
+        raise ValueError(f'unknown operation {op!r}')
+
+    def state(self) -> tuple:
+        """
+        Return one sample of everything the supervisor reads.
+
+        The tuple holds: receive connected, control connected, timestamp, q, qd, TCP pose,
+        safety status bits, runtime state, robot mode.
+        """
+        r, c = self.receive, self.control
+        if r is None or not r.isConnected():
+            return (False, False, 0.0, [], [], [], 0, 0, -1)
+        return (True, c is not None and c.isConnected(), r.getTimestamp(), r.getActualQ(),
+                r.getActualQd(), r.getActualTCPPose(), r.getSafetyStatusBits(),
+                r.getRuntimeState(), r.getRobotMode())
+
+    def wait(self, deadline: float) -> bool:
+        """Wait in controller periods (initPeriod/waitPeriod) until ``deadline`` (monotonic)."""
+        c = self.control
+        period = 1.0 / self.frequency
+        tick = c.initPeriod()
+        while time.monotonic() < deadline - 0.5 * period:
+            c.waitPeriod(tick)
+            tick = c.initPeriod()
+        return True
+
+    def close(self) -> None:
+        """Disconnect every client (errors ignored: the process ends next)."""
+        for client in (self.control, self.receive, self.dashboard):
+            if client is not None:
+                try:
+                    client.disconnect()
+                except RuntimeError:
+                    pass
+
+
+def _die_with_parent(parent_pid: int, kill: bool) -> None:
+    """
+    End this process when the parent is gone.
+
+    ``PR_SET_PDEATHSIG`` fires when the parent *thread* that started us ends. Started from the
+    main thread, that is the parent's death: SIGKILL. Started from another thread (which may
+    end before the process), SIGTERM goes to a handler that checks ``getppid`` first. A
+    polling thread covers the race before ``prctl`` and systems without it.
+    """
+    if not kill:
+        def on_term(*_: object) -> None:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL if kill else signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the polling thread alone
+
+    def poll() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(0.2)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=poll, daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the parent's requests until it closes the pipe or asks to close."""
+    from multiprocessing.connection import Connection
+    parser = argparse.ArgumentParser(prog='rtde_child')
+    parser.add_argument('--fd', type=int, required=True)
+    parser.add_argument('--parent-pid', type=int, required=True)
+    parser.add_argument('--pdeathsig', choices=('kill', 'term'), default='kill')
+    parser.add_argument('--ip', required=True)
+    parser.add_argument('--frequency', type=float, required=True)
+    args = parser.parse_args(argv)
+    _die_with_parent(args.parent_pid, args.pdeathsig == 'kill')
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    conn = Connection(args.fd)
+    try:
+        clients = Clients(args.ip, args.frequency)
+    except ImportError as exc:
+        conn.send(('err', 'ImportError', str(exc)))
+        return 1
+    conn.send(('ok', os.getpid()))
+    while True:
+        try:
+            op, op_args = conn.recv()
+        except (EOFError, OSError):
+            break
+        if op == 'close':
+            clients.close()
+            conn.send(('ok', True))
+            break
+        try:
+            reply = ('ok', clients.handle(op, op_args))
+        except Exception as exc:  # noqa: B902 -- every client error goes back to the parent
+            reply = ('err', type(exc).__name__, str(exc))
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            break
+    clients.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
