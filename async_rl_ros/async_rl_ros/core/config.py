@@ -312,7 +312,7 @@ class ReplayConfig(Section):
     real_weight: float = option(1.0, 'Mixed fleet: sampling weight of a transition from a real '
                                 'robot relative to a simulated one (2 draws real data twice '
                                 'as often at equal priority; importance weights do not undo it).',
-                                low=0.0, high=1000.0, low_open=True)
+                                low=0.0, high=1000.0, low_open=True, read_only=True)
 
 
 @dataclasses.dataclass
