@@ -148,7 +148,9 @@ def test_forced_target_and_rgb_render():
 def test_bad_settings_are_refused_with_the_key():
     with pytest.raises(ConfigError, match='render_mode'):
         UR5ReachEnv(render_mode='vr')
-    home_outside = EnvWorkerConfig().replace(**{'task.home_q': [0.0, -1.5708, 0.0, -1.5708,
-                                                                0.0, 0.0]})
+    with pytest.raises(ConfigError, match='task.home_q'):
+        EnvWorkerConfig().replace(**{'task.home_q': [0.0, -1.5708, 0.0, -1.5708, 0.0, 0.0]})
+    home_outside = EnvWorkerConfig()
+    home_outside.task.home_q = [0.0, -1.5708, 0.0, -1.5708, 0.0, 0.0]  # not validated
     with pytest.raises(ConfigError, match='task.home_q'):
         UR5ReachEnv(home_outside)

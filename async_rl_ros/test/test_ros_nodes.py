@@ -36,6 +36,7 @@ from async_rl_ros.core.config import (EnvWorkerConfig, ParameterServerConfig,  #
 from async_rl_ros.core.weights.codec import CodecError  # noqa: E402
 from async_rl_ros.core.weights.sharded_weights import (ShardAssembler,  # noqa: E402
                                                        ShardedCommitter, ShardReplica)
+from async_rl_ros.envs.reach_env import UR5ReachEnv  # noqa: E402
 from async_rl_ros.ros import conversions  # noqa: E402
 from async_rl_ros.ros.params import SectionParameters  # noqa: E402
 from async_rl_ros_interfaces.msg import (PolicyWeights, TransitionBatch,  # noqa: E402
@@ -130,6 +131,32 @@ def test_parameters_have_descriptors_and_refuse_invalid_changes(context):
         frozen = node.set_parameters([Parameter('backend', value='sim')])[0]
         assert not frozen.successful
         rate = node.set_parameters([Parameter('transport.metrics_hz', value=4.0)])[0]
-        assert rate.successful and transport.section.metrics_hz == 4.0
+        assert not rate.successful and transport.section.metrics_hz == 2.0  # timer built once
+        ratio = node.set_parameters([Parameter('transport.max_update_ratio', value=2.0)])[0]
+        assert ratio.successful and transport.section.max_update_ratio == 2.0
     finally:
+        node.destroy_node()
+
+
+def test_a_parameter_change_reaches_the_commands(context):
+    """The env worker's hook: ros2 param set -> on_change -> env.apply_config -> filter."""
+    node = rclpy.create_node('live_probe')
+    env = None
+    changes = []
+    try:
+        params = SectionParameters(node, EnvWorkerConfig, on_change=lambda section, keys: (
+            changes.append((keys, env.apply_config(section)))))
+        env = UR5ReachEnv(params.section)
+        env.reset(seed=0)
+        commands = []
+        step = env.backend.step
+        env.backend.step = lambda qd: (commands.append(np.array(qd)), step(qd))[1]
+        ok = node.set_parameters([Parameter('safety.max_joint_speed', value=[0.1] * 6)])[0]
+        assert ok.successful and changes[-1][0] == ('safety.max_joint_speed',)
+        assert changes[-1][1].now == ('safety.max_joint_speed',)
+        env.step(np.ones(6, dtype=np.float32))
+        np.testing.assert_allclose(commands[-1], 0.5 * 0.1)  # action_scale * new limit
+    finally:
+        if env is not None:
+            env.close()
         node.destroy_node()

@@ -60,6 +60,9 @@ __all__ = [
 
 #: Recommended range of the gradient clip norm (the design write-up's 0.5-1.0).
 GRAD_CLIP_RECOMMENDED = (0.5, 1.0)
+#: Start-pose check of ``EnvWorkerConfig``: at least this many of ``START_DRAWS`` seeded draws
+#: of ``home_q + noise`` must lie within the safety limits (resets rejection-sample them).
+MIN_START_FIT, START_DRAWS = 50, 200
 _LOG = logging.getLogger(__name__)
 _TWO_PI = 6.2832  # rad, 2 pi rounded up: UR joints turn +-360 deg
 
@@ -67,7 +70,7 @@ _TWO_PI = 6.2832  # rad, 2 pi rounded up: UR joints turn +-360 deg
 # ====================================================================== sections
 @dataclasses.dataclass
 class ReachTaskConfig(Section):
-    """The reach task, shared by the simulated and the real UR5."""
+    """The reach task, simulated or real; at run time changes apply from the next episode."""
 
     control_hz: float = option(25.0, 'RL control rate; one env step lasts 1/control_hz.',
                                unit='Hz', low=1.0, high=500.0)
@@ -116,7 +119,7 @@ class ReachTaskConfig(Section):
 
 @dataclasses.dataclass
 class SafetyConfig(Section):
-    """Limits every command passes before it reaches a robot, simulated or real."""
+    """Limits of every command; at run time a change tightens at once, loosens next episode."""
 
     joint_lower: list[float] = option([-2 * math.pi] * 6, 'Hard lower joint position limits.',
                                       unit='rad', low=-_TWO_PI, high=_TWO_PI, length=6)
@@ -154,8 +157,9 @@ class SimConfig(Section):
 
     physics_hz: float = option(500.0, 'Physics rate (the e-Series controller runs at 500 Hz); '
                                'each control step runs round(physics_hz / control_hz) sub-steps.',
-                               unit='Hz', low=25.0, high=2000.0)
-    gui: bool = option(False, 'Open the PyBullet GUI (needs a display) for a person to watch.')
+                               unit='Hz', low=25.0, high=2000.0, read_only=True)
+    gui: bool = option(False, 'Open the PyBullet GUI (needs a display) for a person to watch.',
+                       read_only=True)
 
 
 @dataclasses.dataclass
@@ -186,15 +190,16 @@ class RTDEConfig(Section):
                                        unit='rad/s^2', low=0.0, high=40.0, low_open=True)
     watchdog_min_hz: float = option(10.0, 'ur_rtde watchdog: the controller stops the arm when '
                                     'the worker writes less often than this.', unit='Hz',
-                                    low=1.0, high=500.0)
+                                    low=1.0, high=500.0, read_only=True)
     protective_stop_limit: int = option(3, 'Protective stops tolerated within '
                                         'protective_stop_window_s; one more stops the worker '
-                                        'and asks for a person.', low=1, high=1000)
+                                        'and asks for a person.', low=1, high=1000, read_only=True)
     protective_stop_window_s: float = option(600.0, 'Window in which protective stops are '
-                                             'counted.', unit='s', low=1.0, high=1e6)
+                                             'counted.', unit='s', low=1.0, high=1e6,
+                                             read_only=True)
     protective_stop_cooldown_s: float = option(5.5, 'Wait after a protective stop before the '
                                                'unlock (UR controllers refuse it before 5 s).',
-                                               unit='s', low=0.0, high=600.0)
+                                               unit='s', low=0.0, high=600.0, read_only=True)
     reconnect_initial_s: float = option(0.5, 'First wait before reconnecting after a lost link; '
                                         'doubled after each failed attempt.', unit='s',
                                         low=0.01, high=60.0)
@@ -208,9 +213,10 @@ class RTDEConfig(Section):
                                      low=0.1, high=60.0)
     max_policy_lag: int = option(8, 'The arm holds still while its policy is more than this '
                                  'many versions behind the learner.', unit='versions',
-                                 low=0, high=INT32_MAX)
+                                 low=0, high=INT32_MAX, read_only=True)
     heartbeat_timeout_s: float = option(5.0, 'The arm holds still when no learner heartbeat '
-                                        'arrived for this long.', unit='s', low=0.1, high=3600.0)
+                                        'arrived for this long.', unit='s', low=0.1, high=3600.0,
+                                        read_only=True)
 
     def check(self, source: str | None, prefix: str) -> None:
         """Check that the reconnection backoff is ordered."""
@@ -227,7 +233,7 @@ class EnvWorkerConfig(Section):
                           'physical UR5 through ur_rtde, see rtde.*).', choices=('sim', 'ur5'),
                           read_only=True)
     seed: int = option(0, 'Seed of the environment and of exploration noise.',
-                       low=0, high=2**31 - 1)
+                       low=0, high=2**31 - 1, read_only=True)
     task: ReachTaskConfig = dataclasses.field(default_factory=ReachTaskConfig)
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
@@ -246,6 +252,7 @@ class EnvWorkerConfig(Section):
                 raise ConfigError(f'{prefix}task.control_hz', self.task.control_hz,
                                   f'a divisor of rtde.frequency = {self.rtde.frequency:g} Hz',
                                   source)
+        self._check_starts(source, prefix)
         margin = self.safety.workspace_margin
         for i, axis in enumerate('xyz'):
             lo = self.safety.workspace_low[i] + margin
@@ -257,6 +264,22 @@ class EnvWorkerConfig(Section):
                 raise ConfigError(f'{prefix}task.target_high[{axis}]', self.task.target_high[i],
                                   f'<= safety.workspace_high - margin = {hi:g}', source)
 
+    def _check_starts(self, source: str | None, prefix: str) -> None:
+        """Refuse a home pose outside the safety limits, or noise that almost never fits."""
+        from async_rl_ros.envs.safety import start_fit  # the kinematics live in envs/
+
+        home_ok, fit = start_fit(self.task, self.safety, START_DRAWS)
+        if not home_ok:
+            raise ConfigError(f'{prefix}task.home_q', self.task.home_q,
+                              'a pose within safety.joint_lower/upper less joint_margin whose '
+                              'flange lies in safety.workspace_low/high less workspace_margin',
+                              source)
+        if fit < MIN_START_FIT:
+            raise ConfigError(f'{prefix}task.home_noise', self.task.home_noise,
+                              f'a noise for which at least {MIN_START_FIT} of {START_DRAWS} '
+                              f'starts home_q +- home_noise lie within the safety limits and '
+                              f'box, only {fit} do: lower it or widen safety.workspace_*', source)
+
 
 # ====================================================================== learner
 @dataclasses.dataclass
@@ -267,16 +290,16 @@ class ReplayConfig(Section):
                            unit='transitions', low=1, high=INT32_MAX, read_only=True)
     alpha: float = option(0.6, 'Mix of the two priority terms: alpha * |TD| + '
                           '(1 - alpha) / sqrt(sample_count + 1); 0 ignores the TD errors.',
-                          low=0.0, high=1.0)
+                          low=0.0, high=1.0, read_only=True)
     priority_exponent: float = option(1.0, 'Sampling probability is proportional to '
                                       'priority ** priority_exponent (0 samples uniformly).',
-                                      low=0.0, high=10.0)
+                                      low=0.0, high=10.0, read_only=True)
     beta_start: float = option(0.4, 'Importance-weight exponent at the first sample call; it '
                                'grows linearly to 1.', low=0.0, high=1.0)
     beta_steps: int = option(100_000, 'Sample calls over which beta reaches 1 (0: beta is 1 '
                              'from the start).', unit='calls', low=0, high=INT32_MAX)
     eps: float = option(1e-6, 'Added to every priority so that none is 0.', low=0.0,
-                        high=1.0, low_open=True)
+                        high=1.0, low_open=True, read_only=True)
     staleness: str = option('off', 'Treatment of transitions whose policy lags the learner by '
                             'more than max_policy_lag versions: off, weight (down-weight them) '
                             'or skip (evict and re-draw them).', choices=('off', 'weight', 'skip'))
@@ -288,11 +311,12 @@ class ReplayConfig(Section):
     skip_redraws: int = option(4, 'Rounds of re-drawing stale samples (staleness = skip) before '
                                'the rest are returned with weight 0.', unit='rounds',
                                low=0, high=64)
-    seed: int = option(0, 'Seed of the sampling random generator.', low=0, high=INT32_MAX)
+    seed: int = option(0, 'Seed of the sampling random generator.', low=0, high=INT32_MAX,
+                       read_only=True)
     real_weight: float = option(1.0, 'Mixed fleet: sampling weight of a transition from a real '
                                 'robot relative to a simulated one (2 draws real data twice '
                                 'as often at equal priority; importance weights do not undo it).',
-                                low=0.0, high=1000.0, low_open=True)
+                                low=0.0, high=1000.0, low_open=True, read_only=True)
 
 
 @dataclasses.dataclass
@@ -303,17 +327,17 @@ class SACConfig(Section):
     tau: float = option(0.005, 'Polyak factor of the target critics (1 = hard copy).',
                         low=0.0, high=1.0, low_open=True)
     actor_lr: float = option(3e-4, 'Adam learning rate of the actor.', low=0.0, high=1.0,
-                             low_open=True)
+                             low_open=True, read_only=True)
     critic_lr: float = option(3e-4, 'Adam learning rate of the twin critics.', low=0.0,
-                              high=1.0, low_open=True)
+                              high=1.0, low_open=True, read_only=True)
     alpha_lr: float = option(3e-4, 'Adam learning rate of log(alpha), the temperature.',
-                             low=0.0, high=1.0, low_open=True)
+                             low=0.0, high=1.0, low_open=True, read_only=True)
     init_alpha: float = option(0.1, 'Initial temperature; 0.1 keeps the entropy bonus of a '
                                '6-joint policy near the per-step reward scale of the reach task.',
-                               low=0.0, high=100.0, low_open=True)
+                               low=0.0, high=100.0, low_open=True, read_only=True)
     target_entropy_scale: float = option(1.0, 'Target entropy is -scale * act_dim '
                                          '(1.0 is the usual "auto" setting).',
-                                         low=-10.0, high=10.0)
+                                         low=-10.0, high=10.0, read_only=True)
     hidden_sizes: list[int] = option([256, 256], 'Hidden layer widths of actor and critics.',
                                      low=1, high=4096, read_only=True)
     policy_frequency: int = option(1, 'Update the actor every k critic steps, then k times '
@@ -324,7 +348,7 @@ class SACConfig(Section):
                                    '(0 = off).', low=0.0, high=1e6)
     policy_reg_weight: float = option(0.0, 'Weight of the L2 pull of the actor mean action '
                                       'towards a reference policy (0 = off).', low=0.0,
-                                      high=1e3)
+                                      high=1e3, read_only=True)
     device: str = option('auto', 'Device of the learner; auto picks CUDA when present.',
                          choices=('auto', 'cpu', 'cuda'), read_only=True)
     compile: str = option(  # noqa: A003 -- the option's public name
@@ -380,7 +404,7 @@ class DoctorConfig(Section):
                                       'detector; detections in between are only counted.',
                                       unit='updates', low=0, high=10**9)
     max_events: int = option(1000, 'Events kept in memory; the oldest are dropped first.',
-                             low=1, high=10**7)
+                             low=1, high=10**7, read_only=True)
     restore_on_skip: bool = option(True, 'Restore the last good snapshot when a step is skipped '
                                    'because of a NaN/Inf loss or gradient.')
     snapshot_interval_steps: int = option(100, 'Learner updates between two good-state '
@@ -433,14 +457,14 @@ class BatchSizerConfig(Section):
     """Dynamic batch size of the learner (learner parameters ``batch.*``)."""
 
     initial_batch: int = option(256, 'Batch size at start (the usual SAC batch; a GPU learner '
-                                'grows it).', unit='samples', low=1, high=2**24)
+                                'grows it).', unit='samples', low=1, high=2**24, read_only=True)
     min_batch: int = option(32, 'Smallest batch size.', unit='samples', low=1, high=2**24)
     max_batch: int = option(8192, 'Largest batch size.', unit='samples', low=1, high=2**24)
     adaptive: bool = option(True, 'Resize from memory readings; when false the size only '
                             'changes on out-of-memory errors.')
     grow_on_cpu: bool = option(False, 'Also grow the batch on a CPU learner. Off by default: '
                                'a CPU update is compute-bound, so a bigger batch only slows it; '
-                               'shrinking under memory pressure stays on.')
+                               'shrinking under memory pressure stays on.', read_only=True)
     adjust_interval_s: float = option(300.0, 'Time between two memory readings.', unit='s',
                                       low=0.0, high=1e6)
     memory_fraction: float = option(0.85, 'Cap on the used fraction of memory capacity (GPU '
@@ -476,7 +500,7 @@ class CheckpointConfig(Section):
     directory: str = option('runs/async_rl/checkpoints',
                             'Directory the checkpoints are written to.', read_only=True)
     keep_last: int = option(3, 'Checkpoints kept; older ones are deleted after each save.',
-                            low=1, high=10**6)
+                            low=1, high=10**6, read_only=True)
     interval_steps: int = option(10000, 'Learner updates between two checkpoints (0: only at '
                                  'shutdown).', unit='updates', low=0, high=10**12)
     save_replay_buffer: bool = option(False, 'Store the replay buffer, compressed, in every '
@@ -490,23 +514,24 @@ class CodecConfig(Section):
     bits: int = option(8, 'Bits per quantized weight (only 8 is implemented).', unit='bit',
                        choices=(8,), read_only=True)
     quantize: bool = option(True, 'Quantize the weights to int8; when false they travel as '
-                            'raw float32 (the uncompressed reference).')
+                            'raw float32 (the uncompressed reference).', read_only=True)
     per_channel: bool = option(True, 'One scale and zero point per output row of every tensor '
-                               'with two or more dimensions; when false one per tensor.')
+                               'with two or more dimensions; when false one per tensor.',
+                               read_only=True)
     entropy_coding: str = option('zlib', 'Lossless coding of the int8 codes (a tensor keeps '
                                  'the raw codes when zlib does not make them smaller).',
-                                 choices=('none', 'zlib'))
+                                 choices=('none', 'zlib'), read_only=True)
     zlib_level: int = option(6, 'zlib compression level (1: fastest, 9: smallest).',
-                             low=1, high=9)
+                             low=1, high=9, read_only=True)
     delta: bool = option(True, 'After a full packet send deltas from the previous packet, '
-                         'with error feedback.')
+                         'with error feedback.', read_only=True)
     delta_grid: str = option('weight', 'Quantization step of a delta row: weight (at least the '
                              'step of a full int8 packet of the row: same error bound, far '
                              'fewer bytes) or delta (254 steps over the range of the delta).',
-                             choices=('weight', 'delta'))
+                             choices=('weight', 'delta'), read_only=True)
     full_every: int = option(50, 'Every full_every-th packet is a full one, so that late '
                              'joiners and lossy links resynchronize (1: always full).',
-                             unit='packets', low=1, high=10**9)
+                             unit='packets', low=1, high=10**9, read_only=True)
 
 
 @dataclasses.dataclass
@@ -526,7 +551,7 @@ class ParameterServerConfig(Section):
                              low=1, high=INT32_MAX, read_only=True)
     commit_every: int = option(8, 'Optimizer steps between two commits of the accumulated '
                                'parameter change (delayed update; 1 commits every step).',
-                               unit='updates', low=1, high=10**6)
+                               unit='updates', low=1, high=10**6, read_only=True)
 
     def check(self, source: str | None, prefix: str) -> None:
         """Check that there are enough shards for the replicas."""
@@ -540,11 +565,12 @@ class LearnerConfig(Section):
     """Everything the learner needs (ROS node name: ``learner``)."""
 
     seed: int = option(0, 'Seed of network initialization, sampling and warm-up actions.',
-                       low=0, high=INT32_MAX)
+                       low=0, high=INT32_MAX, read_only=True)
     learning_starts: int = option(5000, 'Transitions in the replay buffer before the first '
                                   'update.', unit='transitions', low=1, high=INT32_MAX)
     warmup_steps: int = option(5000, 'Env steps acted with uniform random actions before the '
-                               'policy takes over.', unit='steps', low=0, high=INT32_MAX)
+                               'policy takes over.', unit='steps', low=0, high=INT32_MAX,
+                               read_only=True)
     updates_per_step: float = option(1.0, 'Gradient updates per env step (update-to-data '
                                      'ratio) the learner keeps up with: single-process and '
                                      'sync training do exactly this many; free-running '
@@ -562,10 +588,11 @@ class LearnerConfig(Section):
     total_env_steps: int = option(100_000, 'Training budget.', unit='steps', low=1,
                                   high=10**12)
     eval_every: int = option(10_000, 'Env steps between deterministic evaluations (0: none).',
-                             unit='steps', low=0, high=10**12)
-    eval_episodes: int = option(20, 'Episodes per evaluation.', low=1, high=100_000)
+                             unit='steps', low=0, high=10**12, read_only=True)
+    eval_episodes: int = option(20, 'Episodes per evaluation.', low=1, high=100_000,
+                                read_only=True)
     log_dir: str = option('runs/async_rl', 'Directory of TensorBoard logs, the learning curve, '
-                          'checkpoints and the exported policy.')
+                          'checkpoints and the exported policy.', read_only=True)
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     doctor: DoctorConfig = dataclasses.field(default_factory=DoctorConfig)
@@ -607,15 +634,15 @@ class RosTransportConfig(Section):
     """The ROS 2 nodes' transport (section ``ros_transport``; read by ``train.launch.py``)."""
 
     transition_batch: int = option(64, 'Transitions per TransitionBatch message from a worker.',
-                                   unit='transitions', low=1, high=65536)
+                                   unit='transitions', low=1, high=65536, read_only=True)
     max_raw_batches: int = option(1024, 'Received batches queued for preprocessing before the '
                                   'oldest is dropped (subscriptions never block).', low=1,
-                                  high=1_000_000)
+                                  high=1_000_000, read_only=True)
     metrics_hz: float = option(2.0, 'Rate of the scalar metric topics and TrainingStats.',
-                               unit='Hz', low=0.01, high=100.0)
+                               unit='Hz', low=0.01, high=100.0, read_only=True)
     diagnostics_hz: float = option(1.0, 'Rate of the DiagnosticArray on /diagnostics and of the '
                                    'worker and shard status messages.', unit='Hz', low=0.01,
-                                   high=100.0)
+                                   high=100.0, read_only=True)
     worker_timeout_s: float = option(5.0, 'A worker silent for longer is reported stale.',
                                      unit='s', low=0.1, high=3600.0)
     warm_start_bag: str = option('', 'rosbag2 recording of TransitionBatch topics the learner '

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from async_rl_ros.core.config import SimConfig
+from async_rl_ros.core.config import EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmState
 from async_rl_ros.envs.ur5_kinematics import EFFORT_LIMIT
 from async_rl_ros.envs.ur5_urdf import TOOL_LINK_INDEX, ur5_urdf_path
@@ -37,7 +37,11 @@ class PyBulletUR5:
         ``round(control_dt * physics_hz)`` physics sub-steps.
     """
 
+    #: :meth:`reset` puts the joints anywhere at once (no path to check).
+    teleports = True
+
     def __init__(self, sim: SimConfig, control_dt: float):
+        self.physics_hz = float(sim.physics_hz)
         self.substeps = max(1, int(round(control_dt * sim.physics_hz)))
         self.physics_dt = control_dt / self.substeps
         mode = pybullet.GUI if sim.gui else pybullet.DIRECT
@@ -63,6 +67,18 @@ class PyBulletUR5:
         self._command(np.zeros(6))
         self.time = 0.0
         return self.read()
+
+    def use_config(self, cfg: EnvWorkerConfig) -> None:
+        """
+        Take the control period ``cfg.task.dt`` (the env calls it between episodes).
+
+        ``sim.*`` is read-only: the physics rate stays the one the backend was built with.
+        """
+        substeps = max(1, int(round(cfg.task.dt * self.physics_hz)))
+        physics_dt = cfg.task.dt / substeps
+        if (substeps, physics_dt) != (self.substeps, self.physics_dt):
+            self.substeps, self.physics_dt = substeps, physics_dt
+            pybullet.setTimeStep(physics_dt, physicsClientId=self.cid)
 
     def step(self, qd: np.ndarray) -> ArmState:
         """Hold ``qd`` (rad/s) for one control period of physics."""

@@ -21,21 +21,51 @@ speed limit. Every command passes the :class:`SafetyFilter` before the backend s
 A backend may set ``interrupted`` (a reason) when a step did not run as commanded (the real
 robot's supervisor recovered from a protective stop, a lost link, a stale state or held still
 for the policy gate): the episode is then truncated and ``info['interrupted']`` says why.
+
+Configuration changes at run time go through :meth:`UR5ReachEnv.apply_config` (the
+``env_worker`` node calls it from its parameter callback; it is thread-safe): a change that
+tightens a limit (:data:`LIMIT_KEYS`) is in force from the very next step, everything else --
+a loosened limit, the control rate, the episode length, the task -- from the next reset.
+Read-only options cannot change.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import dataclasses
+import threading
+from typing import Any, NamedTuple
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
 from async_rl_ros.envs.reach_task import ACT_DIM, OBS_HIGH, OBS_LOW, ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
-from async_rl_ros.envs.ur5_kinematics import fk_position
 import gymnasium as gym
 import numpy as np
 
-__all__ = ['UR5ReachEnv', 'make_reach_env']
+__all__ = ['UR5ReachEnv', 'make_reach_env', 'ConfigChange', 'LIMIT_KEYS']
+
+#: Limits a run-time change may tighten at once: key -> +1 when a larger value is tighter,
+#: -1 when a smaller one is. The safety filter applies its section itself.
+LIMIT_KEYS = {
+    'task.action_scale': -1, 'rtde.speed_scaling': -1, 'rtde.acceleration': -1,
+    'rtde.reset_speed': -1, 'rtde.reset_acceleration': -1,
+    'safety.joint_lower': +1, 'safety.joint_upper': -1, 'safety.joint_margin': +1,
+    'safety.max_joint_speed': -1, 'safety.max_joint_accel': -1, 'safety.workspace_low': +1,
+    'safety.workspace_high': -1, 'safety.workspace_margin': +1,
+}
+_READ_ONLY = frozenset(name for name, _, info, _ in EnvWorkerConfig.options() if info.read_only)
+
+
+class ConfigChange(NamedTuple):
+    """What :meth:`UR5ReachEnv.apply_config` did with the changed keys."""
+
+    now: tuple[str, ...]           #: tightened limits, in force from the next step
+    next_episode: tuple[str, ...]  #: everything else (loosened limits too), from the next reset
+
+    def __str__(self) -> str:
+        return (f'applied from the next step: {", ".join(self.now) or "-"}; '
+                f'from the next episode: {", ".join(self.next_episode) or "-"}')
 
 
 class UR5ReachEnv(gym.Env):
@@ -56,14 +86,20 @@ class UR5ReachEnv(gym.Env):
         if render_mode not in (None, *self.metadata['render_modes']):
             raise ConfigError('render_mode', render_mode,
                               'one of None, ' + ', '.join(self.metadata['render_modes']))
-        self.cfg = cfg
+        cfg.validate()
+        #: The configuration in force (a private copy: run-time changes come through
+        #: :meth:`apply_config`, never by editing the caller's object in place).
+        self.cfg = cfg = copy.deepcopy(cfg)
         self.render_mode = render_mode
         self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
         self.task = ReachTask(cfg.task)
         self.safety = SafetyFilter(cfg.safety, cfg.task.dt)
-        _check_home_inside(cfg, self.safety)
         self.backend = backend if backend is not None else _make_backend(cfg, render_mode)
-        self.speed = [cfg.task.action_scale * v for v in cfg.safety.max_joint_speed]  # rad/s
+        self.speed = _speeds(cfg)  # rad/s of action 1.0
+        self._lock = threading.Lock()
+        self._target = cfg        # the newest accepted configuration
+        self._incoming: EnvWorkerConfig | None = None  # for the stepping thread to tighten
+        _use_config(self.backend, cfg)
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(ACT_DIM,), dtype=np.float32)
         self.observation_space = gym.spaces.Box(OBS_LOW, OBS_HIGH, dtype=np.float32)
         self.state: ArmState | None = None
@@ -79,8 +115,10 @@ class UR5ReachEnv(gym.Env):
         ``options`` may force the start joints (``'q'``, rad) or the target (``'target'``, m).
         """
         super().reset(seed=seed)
+        self._episode_boundary()
         options = options or {}
-        self.state = self.backend.reset(options.get('q', self.task.sample_start(self.np_random)))
+        q = options.get('q')
+        self.state = self.backend.reset(q if q is not None else self._sample_start())
         target = options.get('target')
         self.target = (np.asarray(target, dtype=np.float64) if target is not None
                        else self.task.sample_target(self.np_random))
@@ -97,6 +135,8 @@ class UR5ReachEnv(gym.Env):
         """Filter the action, hold it for one control period and score the result."""
         if self.state is None:
             raise RuntimeError('call reset() before step()')
+        if self._incoming is not None:
+            self._tighten()
         # Scalar maths on six values: cheaper than numpy temporaries at thousands of steps/s.
         # NaN passes through min/max here and is zeroed (and counted) by the safety filter.
         request = [min(max(float(x), -1.0), 1.0) * s for x, s in zip(action, self.speed)]
@@ -115,6 +155,75 @@ class UR5ReachEnv(gym.Env):
             info['interrupted'] = interrupted
         return obs, reward, terminated, truncated, info
 
+    # ------------------------------------------------------------------ live configuration
+    def apply_config(self, cfg: EnvWorkerConfig) -> ConfigChange:
+        """
+        Take a changed configuration while running (thread-safe; returns at once).
+
+        Tightened limits (:data:`LIMIT_KEYS`) are in force from the next :meth:`step`: the
+        safety filter, the action scale and the backend's limits (``rtde.speed_scaling``...)
+        then enforce what both the old and the new values allow. Everything else -- loosened
+        limits, ``task.control_hz`` (control period and episode length), the task -- takes
+        over at the next :meth:`reset`.
+
+        :param cfg: the new, validated configuration (it is copied).
+        :returns: which changed keys apply from the next step and which from the next episode.
+        :raises ConfigError: a read-only option differs.
+        """
+        cfg = copy.deepcopy(cfg)
+        with self._lock:
+            change = _diff(self._target, cfg)
+            self._target = cfg
+            if change.now:
+                self._incoming = cfg
+        return change
+
+    def _tighten(self) -> None:
+        """Put in force what both the current and the newest limits allow (stepping thread)."""
+        with self._lock:
+            new, self._incoming = self._incoming, None
+        if new is None:
+            return
+        cur = self.cfg
+        self.safety.update(new.safety)
+        task = dataclasses.replace(cur.task, action_scale=min(cur.task.action_scale,
+                                                              new.task.action_scale))
+        rtde = dataclasses.replace(cur.rtde, **{
+            name: min(getattr(cur.rtde, name), getattr(new.rtde, name))
+            for name in ('speed_scaling', 'acceleration', 'reset_speed', 'reset_acceleration')})
+        self.cfg = dataclasses.replace(cur, task=task, safety=self.safety.cfg, rtde=rtde)
+        self.speed = [min(a, b) for a, b in zip(self.speed, _speeds(new))]
+        _use_config(self.backend, self.cfg)
+
+    def _episode_boundary(self) -> None:
+        """Put the newest configuration in force (the arm is about to be reset)."""
+        with self._lock:
+            new, self._incoming = self._target, None
+        if new is self.cfg:
+            return
+        self.safety.update(new.safety)
+        self.safety.episode_boundary(new.task.dt)
+        self.cfg = new
+        self.task = ReachTask(new.task)
+        self.speed = _speeds(new)
+        self.metadata = dict(self.metadata, render_fps=new.task.control_hz)
+        _use_config(self.backend, new)
+
+    def _sample_start(self) -> np.ndarray:
+        """Draw a start inside the safety limits that a real arm can also move to."""
+        accept = self.safety.pose_ok
+        if not getattr(self.backend, 'teleports', False):
+            # A real arm moves there on a straight joint path: it must stay in the box too.
+            try:
+                q_now = self.backend.read().q
+            except RuntimeError:  # no fresh state (lost link): the backend's reset recovers
+                return self.task.sample_start(self.np_random, accept)
+            safety = self.safety
+
+            def accept(q: np.ndarray) -> bool:
+                return safety.pose_ok(q) and safety.path_ok(q_now, q)
+        return self.task.sample_start(self.np_random, accept)
+
     def render(self) -> np.ndarray | None:
         """Return an RGB frame in ``rgb_array`` mode; the GUI draws itself in ``human`` mode."""
         if self.render_mode == 'rgb_array':
@@ -131,13 +240,32 @@ class UR5ReachEnv(gym.Env):
                 'interventions': self.safety.interventions - self._interventions_at_reset}
 
 
-def _check_home_inside(cfg: EnvWorkerConfig, safety: SafetyFilter) -> None:
-    """Refuse a home pose whose flange lies outside the safety box: no episode could start."""
-    p = fk_position(np.asarray(cfg.task.home_q))
-    if safety.violation(p) > 0.0:
-        raise ConfigError('task.home_q', cfg.task.home_q,
-                          f'a pose whose flange {tuple(round(x, 3) for x in p)} m lies inside '
-                          f'the safety workspace box shrunk by workspace_margin')
+def _speeds(cfg: EnvWorkerConfig) -> list[float]:
+    return [cfg.task.action_scale * v for v in cfg.safety.max_joint_speed]
+
+
+def _use_config(backend: ArmBackend, cfg: EnvWorkerConfig) -> None:
+    use = getattr(backend, 'use_config', None)
+    if use is not None:
+        use(cfg)
+
+
+def _diff(old: EnvWorkerConfig, new: EnvWorkerConfig) -> ConfigChange:
+    """Sort the changed keys into tightened limits (now) and the rest (next episode)."""
+    a, b = old.to_flat(), new.to_flat()
+    now, later = [], []
+    for key, value in b.items():
+        if value == a[key]:
+            continue
+        if key in _READ_ONLY:
+            raise ConfigError(key, value, f'{a[key]!r}: read-only while the worker runs')
+        sign = LIMIT_KEYS.get(key)
+        pairs = list(zip(a[key], value)) if isinstance(value, list) else [(a[key], value)]
+        if sign is not None and any(sign * (y - x) > 0 for x, y in pairs):
+            now.append(key)
+        if sign is None or any(sign * (y - x) < 0 for x, y in pairs):
+            later.append(key)
+    return ConfigChange(tuple(now), tuple(later))
 
 
 def _make_backend(cfg: EnvWorkerConfig, render_mode: str | None) -> ArmBackend:

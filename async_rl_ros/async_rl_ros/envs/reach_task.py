@@ -34,13 +34,15 @@ Reward per step: ``-w_d * d + w_s * 0.5 * (1 - tanh(d / s)) - w_a * ||a||^2`` wi
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from async_rl_ros.core.config import ReachTaskConfig
 from async_rl_ros.envs.arm import ArmState
 from async_rl_ros.envs.ur5_kinematics import JOINT_LIMIT, SPEED_LIMIT
 import numpy as np
 
-__all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_SLICES', 'ReachTask']
+__all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_SLICES', 'ReachTask',
+           'START_TRIES']
 
 OBS_DIM = 21
 ACT_DIM = 6
@@ -49,6 +51,10 @@ OBS_SLICES = {'q': slice(0, 6), 'qd': slice(6, 12), 'ee_pos': slice(12, 15),
 _Q, _QD, _POS, _DELTA = JOINT_LIMIT + 0.1, 2.0 * SPEED_LIMIT, 2.0, 4.0
 OBS_HIGH = np.array([_Q] * 6 + [_QD] * 6 + [_POS] * 6 + [_DELTA] * 3, dtype=np.float32)
 OBS_LOW = -OBS_HIGH
+#: Draws of ``home_q + noise`` a reset may spend on finding an acceptable start before it
+#: falls back to ``home_q``. ``EnvWorkerConfig.check`` refuses settings where fewer than a
+#: quarter of the draws fit, so the fallback has a chance below 0.75 ** 64 = 1e-8.
+START_TRIES = 64
 
 
 class ReachTask:
@@ -60,10 +66,23 @@ class ReachTask:
         self.target_high = np.asarray(cfg.target_high, dtype=np.float64)
         self.home = np.asarray(cfg.home_q, dtype=np.float64)
 
-    def sample_start(self, rng: np.random.Generator) -> np.ndarray:
-        """Return the home joint positions plus uniform noise (rad)."""
+    def sample_start(self, rng: np.random.Generator,
+                     accept: Callable[[np.ndarray], bool] | None = None) -> np.ndarray:
+        """
+        Return the home joint positions plus uniform noise (rad), rejection-sampled.
+
+        :param rng: the random generator.
+        :param accept: a start must pass this test (e.g. the safety filter's ``pose_ok``:
+            within the joint limits and the workspace box); draws that fail are drawn again,
+            at most :data:`START_TRIES` times, then ``home_q`` itself is returned.
+        """
         noise = self.cfg.home_noise
-        return self.home + rng.uniform(-noise, noise, size=6) if noise > 0 else self.home.copy()
+        if noise > 0:
+            for _ in range(START_TRIES):
+                q = self.home + rng.uniform(-noise, noise, size=6)
+                if accept is None or accept(q):
+                    return q
+        return self.home.copy()
 
     def sample_target(self, rng: np.random.Generator) -> np.ndarray:
         """Return a target drawn uniformly from the target box (m)."""

@@ -34,18 +34,24 @@ When the flange is already outside the box (a bad start state), any command whos
 not increase the violation is allowed, so the arm can move back in.
 
 Every intervention is counted by reason in :attr:`SafetyFilter.counts`.
+
+Limits change while running through :meth:`SafetyFilter.update`: whatever the new limits
+tighten is in force for the very next command, whatever they loosen waits for
+:meth:`SafetyFilter.episode_boundary` (the environment calls it on reset), so a change can
+never let one command through that both the old and the new limits would refuse.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+import dataclasses
 import math
 
-from async_rl_ros.core.config import SafetyConfig
+from async_rl_ros.core.config import ReachTaskConfig, SafetyConfig
 from async_rl_ros.envs.ur5_kinematics import DH_A, DH_D, fk_position
 import numpy as np
 
-__all__ = ['SafetyFilter', 'REASONS']
+__all__ = ['SafetyFilter', 'REASONS', 'intersect_limits', 'limit_changes', 'start_fit']
 
 REASONS = ('non_finite', 'speed', 'accel', 'joint_limit', 'workspace')
 #: Upper bound (m) of the distance from joint i's axis to the flange, so that moving joint i
@@ -60,6 +66,62 @@ _RADIUS = (-DH_A[1] - DH_A[2] + DH_D[3] + DH_D[4] + DH_D[5],
            0.0)
 _RESOLUTION = 1e-3  # m: path segments shorter than this are judged by their end points
 _MAX_FK = 24        # kinematics evaluations one path check may spend before it gives up
+_PATH_SAMPLES = 32  # points a reset path (a joint-space straight line) is checked at
+
+
+def intersect_limits(a: SafetyConfig, b: SafetyConfig) -> SafetyConfig:
+    """
+    Return the limits that both ``a`` and ``b`` allow (the tighter one of each value).
+
+    Margins are folded into the bounds (the result has zero margins), so that a wider margin
+    of one and a wider bound of the other combine correctly.
+    """
+    def shrunk(cfg: SafetyConfig) -> tuple[list[float], ...]:
+        jm, wm = cfg.joint_margin, cfg.workspace_margin
+        return ([x + jm for x in cfg.joint_lower], [x - jm for x in cfg.joint_upper],
+                [x + wm for x in cfg.workspace_low], [x - wm for x in cfg.workspace_high])
+
+    (jl_a, ju_a, wl_a, wh_a), (jl_b, ju_b, wl_b, wh_b) = shrunk(a), shrunk(b)
+    return dataclasses.replace(
+        a, joint_lower=[max(x, y) for x, y in zip(jl_a, jl_b)],
+        joint_upper=[min(x, y) for x, y in zip(ju_a, ju_b)], joint_margin=0.0,
+        max_joint_speed=[min(x, y) for x, y in zip(a.max_joint_speed, b.max_joint_speed)],
+        max_joint_accel=min(a.max_joint_accel, b.max_joint_accel),
+        workspace_low=[max(x, y) for x, y in zip(wl_a, wl_b)],
+        workspace_high=[min(x, y) for x, y in zip(wh_a, wh_b)], workspace_margin=0.0)
+
+
+def limit_changes(old: SafetyConfig, new: SafetyConfig) -> tuple[bool, bool]:
+    """Return whether going from ``old`` to ``new`` tightens and whether it loosens a limit."""
+    both = intersect_limits(old, new)
+    tightens = _shrunk_values(both) != _shrunk_values(intersect_limits(old, old))
+    loosens = _shrunk_values(both) != _shrunk_values(intersect_limits(new, new))
+    return tightens, loosens
+
+
+def start_fit(task: ReachTaskConfig, safety: SafetyConfig, draws: int = 200,
+              seed: int = 0) -> tuple[bool, int]:
+    """
+    Check the start poses of a configuration against its limits (deterministic).
+
+    :param task: gives ``home_q`` and ``home_noise``.
+    :param safety: the joint limits and the workspace box (with their margins).
+    :param draws: number of ``home_q + uniform(-home_noise, home_noise)`` draws.
+    :param seed: seed of the draws.
+    :returns: whether ``home_q`` passes :meth:`SafetyFilter.pose_ok`, and how many draws do.
+    """
+    f = SafetyFilter(safety, 1.0)
+    home = np.asarray(task.home_q, dtype=np.float64)
+    if task.home_noise == 0.0:
+        ok = f.pose_ok(home)
+        return ok, draws if ok else 0
+    noise = np.random.default_rng(seed).uniform(-task.home_noise, task.home_noise, (draws, 6))
+    return f.pose_ok(home), sum(f.pose_ok(home + n) for n in noise)
+
+
+def _shrunk_values(cfg: SafetyConfig) -> tuple:
+    return (tuple(cfg.joint_lower), tuple(cfg.joint_upper), tuple(cfg.max_joint_speed),
+            cfg.max_joint_accel, tuple(cfg.workspace_low), tuple(cfg.workspace_high))
 
 
 class SafetyFilter:
@@ -69,13 +131,25 @@ class SafetyFilter:
     Written with scalar maths over the six joints: it runs at every control step of every
     worker, where numpy's per-call overhead on 6-element arrays would cost more than the maths.
 
+    Not thread-safe: call :meth:`update` from the thread that filters (the environment
+    queues changes for its stepping thread).
+
     :param cfg: limits.
     :param dt: control period (s): how long each command is held.
     """
 
     def __init__(self, cfg: SafetyConfig, dt: float):
-        self.cfg = cfg
         self.dt = float(dt)
+        self.prev = [0.0] * 6
+        self.counts: Counter[str] = Counter()
+        self.last_reasons: tuple[str, ...] = ()
+        #: Limits waiting for the next episode boundary (they loosen some limit), or None.
+        self.pending: SafetyConfig | None = None
+        self._install(cfg)
+
+    def _install(self, cfg: SafetyConfig) -> None:
+        #: The limits in force.
+        self.cfg = cfg
         self.accel = float(cfg.max_joint_accel)
         self.vmax = [float(v) for v in cfg.max_joint_speed]
         self.q_low = [lo + cfg.joint_margin for lo in cfg.joint_lower]
@@ -83,9 +157,39 @@ class SafetyFilter:
         m = cfg.workspace_margin
         self.box_low = tuple(lo + m for lo in cfg.workspace_low)
         self.box_high = tuple(hi - m for hi in cfg.workspace_high)
-        self.prev = [0.0] * 6
-        self.counts: Counter[str] = Counter()
-        self.last_reasons: tuple[str, ...] = ()
+
+    def update(self, cfg: SafetyConfig) -> tuple[bool, bool]:
+        """
+        Change the limits while running: tighter at once, looser at the next episode boundary.
+
+        From the next command on, the filter enforces what both the limits in force and
+        ``cfg`` allow; ``cfg`` itself takes over at :meth:`episode_boundary`.
+
+        :param cfg: the new limits (validated).
+        :returns: ``(tightened_now, loosening_deferred)``.
+        """
+        tightens, deferred = limit_changes(self.cfg, cfg)
+        if deferred:
+            if tightens:
+                self._install(intersect_limits(self.cfg, cfg))
+            self.pending = cfg
+        else:
+            self._install(cfg)  # what both allow is exactly what cfg allows
+            self.pending = None
+        return tightens, deferred
+
+    def episode_boundary(self, dt: float | None = None) -> None:
+        """
+        Put the pending limits (and a new control period ``dt``, s) in force.
+
+        Call it only while the arm is at rest, before the next episode's first command.
+        """
+        if self.pending is not None:
+            self._install(self.pending)
+            self.pending = None
+        if dt is not None:
+            self.dt = float(dt)
+        self.reset()
 
     def reset(self, qd: np.ndarray | None = None) -> None:
         """Forget the previous command (the arm is at rest, or moving at ``qd`` rad/s)."""
@@ -98,6 +202,27 @@ class SafetyFilter:
         return sum(self.counts.values())
 
     # ------------------------------------------------------------------ geometry
+    def pose_ok(self, q: np.ndarray) -> bool:
+        """Return whether ``q`` (rad) is within the joint limits and its flange in the box."""
+        if not all(lo <= x <= hi for x, lo, hi in zip(q, self.q_low, self.q_high)):
+            return False
+        return self.violation(fk_position([float(x) for x in q])) <= 0.0
+
+    def path_ok(self, q0: np.ndarray, q1: np.ndarray) -> bool:
+        """
+        Check a reset move: a joint-space straight line from ``q0`` to ``q1`` (rad).
+
+        :returns: whether it ends within the joint limits and never takes the flange further
+            out of the box than it is at ``q0``.
+        """
+        if not all(lo <= x <= hi for x, lo, hi in zip(q1, self.q_low, self.q_high)):
+            return False
+        q0 = np.asarray(q0, dtype=np.float64)
+        dq = np.asarray(q1, dtype=np.float64) - q0
+        allowed = self.violation(fk_position(q0)) + 1e-9
+        return all(self.violation(fk_position(q0 + s * dq)) <= allowed
+                   for s in np.linspace(0.0, 1.0, _PATH_SAMPLES + 1)[1:])
+
     def violation(self, p: tuple[float, float, float]) -> float:
         """Return how far (m) the point ``p`` lies outside the shrunk box (0 inside)."""
         worst = 0.0

@@ -233,6 +233,21 @@ class UR5RTDE(Recovery):
                 'reconnects': kinds.count('reconnected'),
                 'client_losses': kinds.count('client_lost')}
 
+    def use_config(self, cfg: EnvWorkerConfig) -> None:
+        """
+        Take run-time limits (``rtde.speed_scaling``, accelerations, reset speed, ...).
+
+        The env decides when: tightened values at once, looser ones and a new control
+        period only between episodes. The read-only ``rtde.*`` (connection, watchdog,
+        protective-stop log, policy gate) keep the values the backend was built with.
+        """
+        with self._lock:
+            self.rt = cfg.rtde
+            self.scale = float(cfg.rtde.speed_scaling)
+            self.dt = cfg.task.dt
+            self.substeps = max(1, int(round(self.dt * self.frequency)))
+            self.filter = SafetyFilter(cfg.safety, self.dt)
+
     def stop(self) -> None:
         """Bring the arm to a standstill (``speedStop``/``servoStop``)."""
         with self._lock:

@@ -59,8 +59,9 @@ class EnvWorkerNode(LifecycleNode):
 
     def __init__(self, **kwargs):
         super().__init__('env_worker', **kwargs)
-        self.cfg = SectionParameters(self, EnvWorkerConfig).section
-        self.transport = SectionParameters(self, RosTransportConfig, 'transport.').section
+        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self._on_config).section
+        self.transport = SectionParameters(self, RosTransportConfig, 'transport.',
+                                           frozen=True).section
         self.worker_id = self.declare_parameter(
             'worker_id', 0, ParameterDescriptor(
                 description='Id stamped on every transition of this worker.', read_only=True,
@@ -171,6 +172,11 @@ class EnvWorkerNode(LifecycleNode):
             self.env.close()
             self.env = None
         self.runtime = None
+
+    def _on_config(self, section: EnvWorkerConfig, keys: tuple[str, ...]) -> None:
+        env = self.env  # None: configure builds it from the changed section
+        if env is not None:
+            self.get_logger().info(f'{", ".join(keys)}: {env.apply_config(section)}')
 
     # ------------------------------------------------------------------ transport
     def _on_weights(self, msg: PolicyWeights) -> None:

@@ -21,11 +21,16 @@ as ``FloatingPointRange`` / ``IntegerRange`` and ``read_only`` for structural op
 runtime change (``ros2 param set``) is checked by the section's own ``validate()`` with the
 change applied; an invalid one is refused with the :class:`ConfigError` message as reason.
 Accepted changes are written into the live section object, so the core objects that read
-their configuration at run time see them.
+their configuration at run time see them, and then passed to ``on_change(section,
+changed_keys)``: the hook of the objects that copy limits and must be told (the env worker
+registers :meth:`~async_rl_ros.envs.reach_env.UR5ReachEnv.apply_config`, which tightens
+limits at once and applies the rest at the next episode). Options that cannot change while
+a node runs are declared ``read_only`` and refused by ROS.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import typing
 from typing import Any, Callable
@@ -87,18 +92,25 @@ class SectionParameters:
     :param node: the node (``rclpy.node.Node`` or a lifecycle node).
     :param cls: the :class:`Section` subclass.
     :param prefix: parameter-name prefix, e.g. ``'transport.'`` ('' for top level).
-    :param on_change: called with the new section after an accepted runtime change.
+    :param on_change: called as ``on_change(section, changed_keys)`` after an accepted
+        runtime change, with the live section and the dotted keys (without ``prefix``) whose
+        value changed; it runs in the parameter callback, so it must return quickly.
+    :param frozen: declare every parameter of the section read-only, for a node that reads
+        the section only when it starts (e.g. ``transport.*`` on an env worker).
     :raises ConfigError: the parameters the node was started with are invalid.
     """
 
     def __init__(self, node: Any, cls: type[Section], prefix: str = '',
-                 on_change: Callable[[Section], None] | None = None):
+                 on_change: Callable[[Section, tuple[str, ...]], Any] | None = None,
+                 frozen: bool = False):
         self.node, self.cls, self.prefix = node, cls, prefix
         self.on_change = on_change
         declared = []
         for name, tp, info, default in cls.options():
             full = prefix + name
             value = list(default) if isinstance(default, (list, tuple)) else default
+            if frozen:
+                info = dataclasses.replace(info, read_only=True)
             declared.append((full, value, descriptor_for(full, tp, info)))
         node.declare_parameters('', declared)
         values = {name[len(prefix):]: node.get_parameter(name).value
@@ -114,13 +126,16 @@ class SectionParameters:
                 and p.name[len(self.prefix):] in self.section.to_flat()}
         if not mine:
             return SetParametersResult(successful=True)
+        before = self.section.to_flat()
         try:
             updated = self.section.replace(**mine)
         except ConfigError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
+        after = updated.to_flat()
+        changed = tuple(key for key in mine if after[key] != before[key])
         _assign(self.section, updated)
-        if self.on_change is not None:
-            self.on_change(self.section)
+        if self.on_change is not None and changed:
+            self.on_change(self.section, changed)
         return SetParametersResult(successful=True)
 
 

@@ -1,0 +1,106 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Run-time changes and start poses on the ur5 backend, against the UR controller double.
+
+The real ``ur_rtde`` client talks to the double on loopback; the assertions read the joint
+velocities the double's arm actually ran.
+"""
+
+from async_rl_ros.core.config import EnvWorkerConfig
+from async_rl_ros.envs.reach_env import UR5ReachEnv
+from async_rl_ros.envs.reach_task import OBS_SLICES
+from async_rl_ros.envs.ur5_kinematics import fk_position
+from async_rl_ros.envs.ur5_rtde import UR5RTDE
+import numpy as np
+import pytest
+
+pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
+
+from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
+
+PUSH = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0])  # the last joint turns the flange in place
+
+
+def ur5_cfg(ip: str, **overrides) -> EnvWorkerConfig:
+    flat = {'backend': 'ur5', 'rtde.robot_ip': ip, 'rtde.speed_scaling': 0.5,
+            'rtde.protective_stop_cooldown_s': 0.3, 'rtde.reconnect_initial_s': 0.1,
+            'rtde.reconnect_max_s': 0.4, 'rtde.watchdog_min_hz': 2.0}
+    flat.update(overrides)
+    return EnvWorkerConfig().replace(**flat)
+
+
+def clean_step(env: UR5ReachEnv) -> np.ndarray:
+    """Step until one step runs as commanded (a starved CI machine may hold one: 'stale')."""
+    for _ in range(20):
+        obs, _, _, truncated, info = env.step(PUSH)
+        if info.get('interrupted') is None:
+            return obs
+        assert info['interrupted'] == 'stale controller state', info
+    raise AssertionError('no uninterrupted step')
+
+
+def test_speed_scaling_tightens_at_once_and_loosens_next_episode():
+    double = DoubleProcess('127.0.0.61', cooldown=0.3)
+    try:
+        live = ur5_cfg('127.0.0.61')
+        env = UR5ReachEnv(live, backend=UR5RTDE(live))
+        env.reset(seed=0)
+        full = 0.5 * 3.14  # action_scale * max_joint_speed (rad/s) before speed_scaling
+        for _ in range(8):
+            obs = clean_step(env)
+        assert obs[OBS_SLICES['qd']][5] == pytest.approx(full * 0.5, abs=1e-6)
+        live = live.replace(**{'rtde.speed_scaling': 0.2})  # as SectionParameters does
+        assert env.apply_config(live).now == ('rtde.speed_scaling',)
+        # The very next command is scaled by 0.2: the arm slows down at once (as fast as the
+        # speedJ acceleration lets it; how far in one step depends on the double's clock),
+        # then holds the new speed.
+        obs = clean_step(env)
+        assert obs[OBS_SLICES['qd']][5] < full * 0.5 - 0.01
+        for _ in range(3):
+            obs = clean_step(env)
+        assert obs[OBS_SLICES['qd']][5] == pytest.approx(full * 0.2, abs=1e-6)
+        live = live.replace(**{'rtde.speed_scaling': 0.4})
+        assert env.apply_config(live).next_episode == ('rtde.speed_scaling',)
+        obs = clean_step(env)
+        assert obs[OBS_SLICES['qd']][5] == pytest.approx(full * 0.2, abs=1e-6)
+        env.reset(seed=1)
+        for _ in range(8):
+            obs = clean_step(env)
+        assert obs[OBS_SLICES['qd']][5] == pytest.approx(full * 0.4, abs=1e-6)
+        assert double.state()['max_speed'] <= full * 0.5 + 1e-9
+        env.close()
+    finally:
+        double.close()
+
+
+def test_sampled_starts_in_a_tight_box_are_never_refused():
+    double = DoubleProcess('127.0.0.62', cooldown=0.3)
+    try:
+        # A fifth of plain home_q +- 0.1 rad draws would put the flange above this box.
+        cfg = ur5_cfg('127.0.0.62', **{'safety.workspace_high': [-0.15, 0.35, 0.47],
+                                       'task.home_noise': 0.1, 'rtde.speed_scaling': 1.0})
+        env = UR5ReachEnv(cfg, backend=UR5RTDE(cfg))
+        rng = np.random.default_rng(0)
+        for seed in range(15):
+            env.reset(seed=seed)  # the ur5 backend refuses a start outside the box
+            q = np.array(double.state()['q'])
+            assert env.safety.pose_ok(q)
+            for _ in range(3):
+                env.step(rng.uniform(-1.0, 1.0, 6))
+        assert env.safety.violation(fk_position(double.state()['q'])) <= 1e-6
+        env.close()
+    finally:
+        double.close()
