@@ -57,33 +57,34 @@ def _raw_env(args: tuple[int, float]) -> float:
 
 def pipeline(mode: str, workers: int, seconds: float) -> dict[str, float]:
     """Run the local runner for ``seconds`` after learning starts; return its rates."""
-    import torch
-
     from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
-    from async_rl_ros.local.runner import LocalRunner
+    from async_rl_ros.core.learning.metrics import MetricsLogger
+    from async_rl_ros.local.train import LocalRun
 
-    torch.set_num_threads(1)
     cfg = LearnerConfig().replace(**{'batch.initial_batch': 256, 'learning_starts': 1000,
                                      'warmup_steps': 1000, 'total_env_steps': 10**9,
+                                     'rate_limit_slack': 0,
                                      'checkpoint.directory': '/tmp/async_rl_bench_tp'})
-    runner = LocalRunner(EnvWorkerConfig(), cfg, LocalRunnerConfig().replace(
-        mode=mode, num_workers=workers, rate_limit_slack=0))
-    learner = runner.learner
+    run = LocalRun(EnvWorkerConfig(), cfg,
+                   LocalRunnerConfig().replace(mode=mode, num_workers=workers),
+                   logger=MetricsLogger(), evaluate=False)
+    learner = run.learner
     window: dict[str, float] = {}
     lags: list[float] = []
 
-    def tick(run: LocalRunner) -> None:
+    def stop() -> bool:
         now = time.perf_counter()
         if 'start' not in window and learner.updates > 0:
             window.update(start=now, steps=learner.env_steps, updates=learner.updates)
         elif 'start' in window and now - window.get('sampled', 0.0) > 0.5:
             window['sampled'] = now
-            lags.append(run.metrics()['charts/policy_lag_mean'])
+            lags.append(run.loop.lag_percentiles().get('charts/transition_lag_p50', 0.0))
+        return 'start' in window and now - window['start'] > seconds
 
-    def stop() -> bool:
-        return 'start' in window and time.perf_counter() - window['start'] > seconds
-
-    runner.run(should_stop=stop, on_tick=tick)
+    try:
+        run.run(should_stop=stop)
+    finally:
+        run.close()
     elapsed = time.perf_counter() - window['start']
     return {'samples_per_s': (learner.env_steps - window['steps']) / elapsed,
             'updates_per_s': (learner.updates - window['updates']) / elapsed,

@@ -59,28 +59,31 @@ def _configs(budget_steps: int):
 
 
 def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float
-               ) -> list[tuple[float, dict]]:
-    """Train with the local runner; return ``(seconds, policy_state)`` snapshots."""
-    import torch
+               ) -> list[tuple[float, object]]:
+    """Train as ``async-rl-train`` does (shipped defaults); return timed policy snapshots."""
+    from async_rl_ros.core.learning.metrics import MetricsLogger
+    from async_rl_ros.local.train import LocalRun
 
-    from async_rl_ros.local.runner import LocalRunner
-
-    torch.set_num_threads(1)
     env_cfg, cfg, rcfg = _configs(10**9)
-    runner = LocalRunner(env_cfg, cfg, rcfg.replace(mode=mode, num_workers=workers))
-    snapshots: list[tuple[float, dict]] = []
+    run = LocalRun(env_cfg, cfg, rcfg.replace(mode=mode, num_workers=workers),
+                   logger=MetricsLogger(), evaluate=False)
+    snapshots: list[tuple[float, object]] = []
     start = time.perf_counter()
 
-    def tick(run: LocalRunner) -> None:
+    def stop() -> bool:
         elapsed = time.perf_counter() - start
-        if run.learner.updates and elapsed - (snapshots[-1][0] if snapshots else 0) > snapshot_s:
+        last = snapshots[-1][0] if snapshots else 0.0
+        if run.learner.updates and elapsed - last > snapshot_s:
             state = run.learner.policy_state()
             if state is not None:
                 snapshots.append((elapsed, state))
+        return elapsed > budget_s
 
-    runner.run(should_stop=lambda: time.perf_counter() - start > budget_s, on_tick=tick)
-    learner = runner.learner
-    return [(t, learner.policy_from_state(s)) for t, s in snapshots]
+    try:
+        run.run(should_stop=stop)
+    finally:
+        run.close()
+    return [(t, run.learner.policy_from_state(s)) for t, s in snapshots]
 
 
 def run_sb3(budget_s: float, snapshot_s: float) -> list[tuple[float, object]]:
@@ -132,7 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true',
                         help='12 s per setting (about a minute): a smoke run, not a figure')
-    parser.add_argument('--workers', type=int, default=2)
+    parser.add_argument('--workers', type=int, default=0,
+                        help='worker processes for async/sync (0: the default, physical cores '
+                        '- 1)')
     parser.add_argument('--budget-s', type=float, default=2400.0, help='per setting')
     parser.add_argument('--snapshot-s', type=float, default=60.0)
     parser.add_argument('--episodes', type=int, default=40, help='per snapshot evaluation')

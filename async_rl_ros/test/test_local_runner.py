@@ -24,10 +24,10 @@ import time
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.core.learning.learner import Learner
-from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.envs.reach_env import make_reach_env
 from async_rl_ros.local.runner import LocalTransport
+from async_rl_ros.local.train import LocalRun
 import numpy as np
 import psutil
 import pytest
@@ -45,24 +45,18 @@ def configs(tmp_path, mode: str, steps: int, hidden=(32, 32), learner=None, **ru
     return EnvWorkerConfig(), learner_cfg, runner
 
 
-class Run:
-    """A learner, the local transport and the training loop, as ``async-rl-train`` wires them."""
+def local_run(env_cfg, learner_cfg, runner_cfg):
+    """Return the learner, transport and loop as ``async-rl-train`` wires them (no evaluator)."""
+    return LocalRun(env_cfg, learner_cfg, runner_cfg, logger=MetricsLogger(), evaluate=False)
 
-    def __init__(self, env_cfg, learner_cfg, runner_cfg):
-        self.learner = Learner(learner_cfg, 21, 6)
-        self.transport = LocalTransport(env_cfg, learner_cfg, runner_cfg,
-                                        self.learner.policy_state())
-        self.loop = TrainingLoop(self.learner, self.transport, self.transport,
-                                 commit_every=runner_cfg.parameter_server.commit_every,
-                                 logger=MetricsLogger(), stats_interval_s=0.5)
 
-    def run(self, should_stop=lambda: False):
-        self.transport.start(self.learner)
-        try:
-            self.loop.run(should_stop)
-        finally:
-            self.transport.shutdown()
-        return self
+def train_to_the_end(*cfgs):
+    run = local_run(*cfgs)
+    try:
+        run.run()
+    finally:
+        run.close()
+    return run
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +67,7 @@ def _one_thread():
 @pytest.mark.parametrize('mode', ['async', 'sync'])
 def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
     """Both modes learn a little on a tiny budget (better than random actions)."""
-    run = Run(*configs(tmp_path, mode, 3000, hidden=(64, 64))).run()
+    run = train_to_the_end(*configs(tmp_path, mode, 3000, hidden=(64, 64)))
     learner, transport = run.learner, run.transport
     assert learner.env_steps >= 3000
     assert learner.updates > 0 and learner.policy_version > 0
@@ -104,7 +98,7 @@ def test_async_workers_keep_to_the_update_to_data_ratio(tmp_path, ratio):
     env_cfg, learner_cfg, runner_cfg = configs(
         tmp_path, 'async', 2500, learner={'rate_limit_slack': 300, 'updates_per_step': ratio,
                                           'max_updates_per_step': 1.0})
-    run = Run(env_cfg, learner_cfg, runner_cfg).run()
+    run = train_to_the_end(env_cfg, learner_cfg, runner_cfg)
     learner = run.learner
     in_flight = run.transport.num_workers * runner_cfg.transition_batch  # checked, then sent
     assert learner.env_steps >= 2500
@@ -117,7 +111,7 @@ def test_a_slow_source_gets_up_to_max_updates_per_step(tmp_path):
     """Data arriving slower than the learner can use it: the learner runs up to its cap."""
     env_cfg, learner_cfg, runner_cfg = configs(
         tmp_path, 'async', 1200, learner={'updates_per_step': 1.0, 'max_updates_per_step': 3.0})
-    run = Run(env_cfg, learner_cfg, runner_cfg.replace(num_workers=1))
+    run = local_run(env_cfg, learner_cfg, runner_cfg.replace(num_workers=1))
     arrived, pending = run.transport.take, []
 
     def take():  # slower than the learner: the next batch only once it has caught up
@@ -126,13 +120,14 @@ def test_a_slow_source_gets_up_to_max_updates_per_step(tmp_path):
 
     run.transport.take = take
     run.run()
+    run.close()
     learner = run.learner
     ratio = learner.updates / (learner.env_steps - 256)
     assert 2.5 < ratio <= 3.0 + 1e-9  # well above updates_per_step, never above the cap
 
 
 def test_rate_limit_slack_zero_lets_workers_run_free(tmp_path):
-    run = Run(*configs(tmp_path, 'async', 4000, learner={'rate_limit_slack': 0})).run()
+    run = train_to_the_end(*configs(tmp_path, 'async', 4000, learner={'rate_limit_slack': 0}))
     assert run.transport.shared.allowance.value >= 2**62
     assert run.transport.metrics()['transport/rate_limited'] == 0.0
 
@@ -146,7 +141,7 @@ def test_a_physical_arm_gets_exactly_one_worker(tmp_path):
 
 
 def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path):
-    run = Run(*configs(tmp_path, 'async', 10**9))
+    run = local_run(*configs(tmp_path, 'async', 10**9))
     stop = threading.Event()
     thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
     thread.start()
@@ -175,6 +170,7 @@ def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path)
     finally:
         stop.set()
         thread.join(timeout=60)
+        run.close()
     assert not thread.is_alive()
     assert all(not h.process.is_alive() for h in transport.workers.values())
 
@@ -205,3 +201,22 @@ def test_ctrl_c_stops_every_process_and_writes_a_checkpoint(tmp_path):
     assert list((tmp_path / 'run' / 'ckpt').glob('ckpt_*.pt'))
     time.sleep(0.5)
     assert workers and not [w for w in workers if w.is_running() and w.status() != 'zombie']
+
+
+@pytest.mark.parametrize('mode', ['single', 'sync', 'async'])
+def test_a_resumed_run_continues_without_its_replay_buffer(tmp_path, mode):
+    """The replay buffer is not saved by default: the workers refill it, training goes on."""
+    env_cfg, learner_cfg, runner_cfg = configs(tmp_path, mode, 600)
+    first = train_to_the_end(env_cfg, learner_cfg, runner_cfg)
+    first.learner.save_checkpoint()
+    updates = first.learner.updates
+    assert updates > 0 and not learner_cfg.checkpoint.save_replay_buffer
+    second = local_run(env_cfg, learner_cfg.replace(total_env_steps=1400), runner_cfg)
+    assert second.learner.resume() is not None
+    assert second.learner.env_steps >= 600 and len(second.learner.replay) == 0
+    try:
+        second.run()
+    finally:
+        second.close()
+    assert second.learner.env_steps >= 1400
+    assert second.learner.updates > updates  # it trained again after the refill

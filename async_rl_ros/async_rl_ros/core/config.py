@@ -160,6 +160,9 @@ class SimConfig(Section):
                                unit='Hz', low=25.0, high=2000.0, read_only=True)
     gui: bool = option(False, 'Open the PyBullet GUI (needs a display) for a person to watch.',
                        read_only=True)
+    real_time: bool = option(False, 'Pace the simulated arm to the wall clock (one control '
+                             'period per step), as a physical arm delivers its transitions: '
+                             'arm-time studies without an arm.')
 
 
 @dataclasses.dataclass

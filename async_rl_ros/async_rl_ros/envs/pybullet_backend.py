@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import time
+
 from async_rl_ros.core.config import EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmState
 from async_rl_ros.envs.ur5_kinematics import EFFORT_LIMIT
@@ -57,6 +59,8 @@ class PyBulletUR5:
         self.gui = sim.gui
         self._marker = None
         self.time = 0.0  # s of simulated time
+        self.real_time = bool(sim.real_time)
+        self._deadline: float | None = None  # wall-clock end of the current control period
 
     # ------------------------------------------------------------------ ArmBackend
     def reset(self, q: np.ndarray) -> ArmState:
@@ -74,6 +78,7 @@ class PyBulletUR5:
 
         ``sim.*`` is read-only: the physics rate stays the one the backend was built with.
         """
+        self.real_time = bool(cfg.sim.real_time)
         substeps = max(1, int(round(cfg.task.dt * self.physics_hz)))
         physics_dt = cfg.task.dt / substeps
         if (substeps, physics_dt) != (self.substeps, self.physics_dt):
@@ -85,7 +90,14 @@ class PyBulletUR5:
         self._command(qd)
         for _ in range(self.substeps):
             pybullet.stepSimulation(physicsClientId=self.cid)
-        self.time += self.physics_dt * self.substeps
+        period = self.physics_dt * self.substeps
+        self.time += period
+        if self.real_time:  # as a physical arm: the step lasts its control period
+            now = time.monotonic()
+            deadline = (self._deadline or now) + period
+            if deadline > now:
+                time.sleep(deadline - now)
+            self._deadline = max(deadline, now)  # a late step is not made up for
         return self.read()
 
     def read(self) -> ArmState:

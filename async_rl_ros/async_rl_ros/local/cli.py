@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.policy == 'sac':
             from async_rl_ros.local.train import train
             mode = runner_cfg.mode
-            result = train(env_cfg, learner_cfg, runner_cfg, mode=mode, resume=args.resume,
+            result = train(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
                            progress=progress, eval_episodes=args.episodes)
             print_table(f'UR5 reach, SAC {mode} (config: {config_path})',
                         summary_rows(result.summary, result.evaluation))

@@ -45,7 +45,8 @@ def _evaluator_main(env_flat: dict, hidden: Sequence[int], episodes: int, jobs: 
     from async_rl_ros.envs.reach_env import make_reach_env
 
     torch.set_num_threads(1)
-    cfg = EnvWorkerConfig.from_flat(env_flat).replace(backend='sim')  # never a real arm
+    # never a real arm, never paced to the wall clock
+    cfg = EnvWorkerConfig.from_flat(env_flat).replace(**{'backend': 'sim', 'sim.real_time': False})
     env = make_reach_env(cfg)
     evaluator = PolicyEvaluator(env, hidden, episodes)
     try:

@@ -30,7 +30,7 @@ from pathlib import Path
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.learning.artifacts import finish_run, RunResult
@@ -42,7 +42,7 @@ from async_rl_ros.core.workers.inline import InlineWorker, PolicyEvaluator
 from async_rl_ros.core.workers.runtime import build_worker
 import torch
 
-__all__ = ['TrainResult', 'train']
+__all__ = ['TrainResult', 'LocalRun', 'train']
 
 
 @dataclasses.dataclass
@@ -85,94 +85,141 @@ def _resume(learner: Learner, resume: bool) -> None:
               file=sys.stderr)
 
 
-def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
-          runner_cfg: LocalRunnerConfig | None = None, *, mode: str = 'single',
-          resume: bool = False, progress: bool = True,
-          eval_episodes: int | None = None) -> TrainResult:
+class LocalRun:
     """
-    Train SAC on the reach task with the training loop.
+    A learner with its source, sink and evaluator, wired into the training loop.
+
+    What ``async-rl-train`` runs, and what the benchmarks and tests measure.
 
     :param env_cfg: environment configuration (the ``env_worker`` section).
     :param cfg: learner configuration (the ``learner`` section).
-    :param runner_cfg: the ``local_runner`` section (worker processes; async and sync).
-    :param mode: ``single`` (one process), ``async`` or ``sync`` (worker processes).
+    :param runner_cfg: the ``local_runner`` section; its ``mode`` picks ``single`` (one
+        process), ``async`` or ``sync`` (worker processes).
+    :param logger: metric sink (default: TensorBoard under ``learner.log_dir``).
+    :param evaluate: score snapshots every ``learner.eval_every`` env steps.
+    """
+
+    def __init__(self, env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
+                 runner_cfg: LocalRunnerConfig, *, logger: MetricsLogger | None = None,
+                 evaluate: bool = True):
+        from async_rl_ros.local.evaluator import EvaluatorProcess
+        from async_rl_ros.local.runner import LocalTransport
+
+        self.env_cfg, self.cfg, self.runner_cfg = env_cfg, cfg, runner_cfg
+        self.mode = runner_cfg.mode
+        torch.set_num_threads(1)  # the envs share the machine; one BLAS thread is faster here
+        evaluation_cfg = env_cfg.replace(**{'backend': 'sim', 'sim.real_time': False})
+        self.eval_env = build_worker(evaluation_cfg, 0, cfg.sac.hidden_sizes, 1).env
+        self.learner = Learner(cfg, self.eval_env.observation_space.shape[0],
+                               self.eval_env.action_space.shape[0])
+        self.transport: Any = None
+        self._envs: list[Any] = [self.eval_env]
+        self._stoppers: list[Callable[[], None]] = []
+        evaluator: Any = None
+        if self.mode == 'single':
+            inline = InlineWorker(build_worker(env_cfg, 0, cfg.sac.hidden_sizes, 1).worker)
+            self._envs.append(inline.worker.env)
+            source: Any = inline
+            if evaluate:
+                evaluator = PolicyEvaluator(self.eval_env, cfg.sac.hidden_sizes,
+                                            cfg.eval_episodes)
+            self.title = f'UR5 reach, SAC single process, seed {cfg.seed}'
+            commit_every = 1  # the actor acts with every update at once
+        else:
+            self.transport = source = LocalTransport(env_cfg, cfg, runner_cfg,
+                                                     self.learner.policy_state())
+            self._stoppers.append(self.transport.shutdown)
+            if evaluate:
+                evaluator = EvaluatorProcess(env_cfg, cfg.sac.hidden_sizes, cfg.eval_episodes)
+                self._stoppers.append(evaluator.close)
+            workers = self.transport.num_workers
+            self.title = (f'UR5 reach, SAC {self.mode}, {workers} worker'
+                          f'{"s" if workers > 1 else ""}, seed {cfg.seed}')
+            commit_every = runner_cfg.parameter_server.commit_every
+        self.loop = TrainingLoop(
+            self.learner, source, source, commit_every=commit_every,
+            logger=logger if logger is not None else MetricsLogger(
+                Path(cfg.log_dir) / 'tensorboard'),
+            stats_interval_s=runner_cfg.stats_interval_s, evaluator=evaluator)
+
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Train until the budget or ``should_stop()``; then stop every process."""
+        try:
+            if self.transport is not None:
+                self.transport.start(self.learner)
+            self.loop.run(should_stop)
+            self.loop.report()  # the last metrics, however short the run
+        finally:
+            self.stop_processes()
+
+    def stop_processes(self) -> None:
+        """Stop the workers, the shards and the evaluator (idempotent)."""
+        while self._stoppers:
+            self._stoppers.pop(0)()
+
+    def finish(self, eval_episodes: int, extra: dict[str, Any]
+               ) -> tuple[RunResult, EpisodeStats]:
+        """Evaluate the final policy and write the artifacts; return them."""
+        state = self.learner.policy_state()
+        evaluation = (PolicyEvaluator(self.eval_env, self.cfg.sac.hidden_sizes,
+                                      eval_episodes).score(state)
+                      if state is not None else EpisodeStats())
+        extra = {'mode': self.mode, **extra}
+        if self.transport is not None:
+            extra.update(self.transport.summary())
+        run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
+                         final_evaluation=evaluation, extra=extra)
+        return run, evaluation
+
+    def close(self) -> None:
+        """Stop every process and close the environments."""
+        self.stop_processes()
+        while self._envs:
+            self._envs.pop().close()
+
+
+def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
+          runner_cfg: LocalRunnerConfig | None = None, *, resume: bool = False,
+          progress: bool = True, eval_episodes: int | None = None) -> TrainResult:
+    """
+    Train SAC on the reach task (``local_runner.mode``: single, async or sync).
+
+    :param env_cfg: environment configuration (the ``env_worker`` section).
+    :param cfg: learner configuration (the ``learner`` section).
+    :param runner_cfg: the ``local_runner`` section.
     :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
     :param progress: show a progress bar.
     :param eval_episodes: final evaluation episodes (default: ``cfg.eval_episodes``).
     """
     from tqdm import tqdm
 
-    from async_rl_ros.local.evaluator import EvaluatorProcess
-    from async_rl_ros.local.runner import LocalTransport
-
-    runner_cfg = runner_cfg or LocalRunnerConfig()
-    log_dir = Path(cfg.log_dir)
-    torch.set_num_threads(1)  # the envs share the machine; one BLAS thread is faster here
-    eval_built = build_worker(env_cfg.replace(backend='sim'), 0, cfg.sac.hidden_sizes, 1)
-    eval_env = eval_built.env
-    obs_dim = eval_env.observation_space.shape[0]
-    act_dim = eval_env.action_space.shape[0]
-    learner = Learner(cfg, obs_dim, act_dim)
-    _resume(learner, resume)
-    logger = MetricsLogger(log_dir / 'tensorboard')
-    envs: list[Any] = [eval_env]
-    stoppers: list[Any] = []
-    transport = None
-    if mode == 'single':
-        inline = InlineWorker(build_worker(env_cfg, 0, cfg.sac.hidden_sizes, 1).worker)
-        envs.append(inline.worker.env)
-        source: Any = inline
-        evaluator: Any = PolicyEvaluator(eval_env, cfg.sac.hidden_sizes,
-                                         min(cfg.eval_episodes, 20))
-        title = f'UR5 reach, SAC single process, seed {cfg.seed}'
-        commit_every = 1  # the actor acts with every update at once
-    else:
-        runner_cfg = runner_cfg.replace(mode=mode)
-        transport = LocalTransport(env_cfg, cfg, runner_cfg, learner.policy_state())
-        evaluator = EvaluatorProcess(env_cfg, cfg.sac.hidden_sizes, cfg.eval_episodes)
-        stoppers = [transport.shutdown, evaluator.close]
-        source = transport
-        workers = transport.num_workers
-        title = (f'UR5 reach, SAC {mode}, {workers} worker{"s" if workers > 1 else ""}, '
-                 f'seed {cfg.seed}')
-        commit_every = runner_cfg.parameter_server.commit_every
-    bar = tqdm(total=cfg.total_env_steps, initial=learner.env_steps, desc=mode, unit='step',
-               disable=not progress, dynamic_ncols=True, smoothing=0.05)
-
-    def on_report(metrics: dict[str, float]) -> None:
-        bar.update(learner.env_steps - bar.n)
-        bar.set_postfix(success=f'{loop.success_rate:.2f}',
-                        eval=f'{loop.logger.last("eval/success_rate", 0.0):.2f}',
-                        samples_s=f'{metrics["charts/samples_per_s"]:.0f}',
-                        updates_s=f'{metrics["charts/updates_per_s"]:.0f}',
-                        lag=f'{metrics.get("charts/transition_lag_p50", 0.0):.0f}')
-
-    loop = TrainingLoop(learner, source, source, commit_every=commit_every, logger=logger,
-                        stats_interval_s=runner_cfg.stats_interval_s, on_report=on_report,
-                        evaluator=evaluator)
-    start = time.perf_counter()
+    run = LocalRun(env_cfg, cfg, runner_cfg or LocalRunnerConfig())
     try:
-        with _StopFlag() as flag:
-            if transport is not None:
-                transport.start(learner)
-            loop.run(should_stop=lambda: flag.stop)
-            interrupted = flag.stop
-        loop.report()  # the last metrics, however short the run
+        learner, loop = run.learner, run.loop
+        _resume(learner, resume)
+        bar = tqdm(total=cfg.total_env_steps, initial=learner.env_steps, desc=run.mode,
+                   unit='step', disable=not progress, dynamic_ncols=True, smoothing=0.05)
+
+        def on_report(metrics: dict[str, float]) -> None:
+            bar.update(learner.env_steps - bar.n)
+            bar.set_postfix(success=f'{loop.success_rate:.2f}',
+                            eval=f'{loop.logger.last("eval/success_rate", 0.0):.2f}',
+                            samples_s=f'{metrics["charts/samples_per_s"]:.0f}',
+                            updates_s=f'{metrics["charts/updates_per_s"]:.0f}',
+                            lag=f'{metrics.get("charts/transition_lag_p50", 0.0):.0f}')
+
+        loop.on_report = on_report
+        start = time.perf_counter()
+        try:
+            with _StopFlag() as flag:
+                run.run(should_stop=lambda: flag.stop)
+                interrupted = flag.stop
+        finally:
+            bar.close()
+        result, evaluation = run.finish(
+            eval_episodes or cfg.eval_episodes,
+            {'interrupted': interrupted,
+             'seconds_training': round(time.perf_counter() - start, 3)})
     finally:
-        bar.close()
-        for stop in stoppers:
-            stop()
-    try:
-        state = learner.policy_state()
-        evaluation = PolicyEvaluator(eval_env, cfg.sac.hidden_sizes,
-                                     eval_episodes or cfg.eval_episodes).score(state) \
-            if state is not None else EpisodeStats()
-        extra = {'mode': mode, 'interrupted': interrupted,
-                 'seconds_training': round(time.perf_counter() - start, 3)}
-        if transport is not None:
-            extra.update(transport.summary())
-        run = finish_run(loop, log_dir, title=title, final_evaluation=evaluation, extra=extra)
-    finally:
-        for env in envs:
-            env.close()
-    return TrainResult(run=run, evaluation=evaluation, interrupted=interrupted)
+        run.close()
+    return TrainResult(run=result, evaluation=evaluation, interrupted=interrupted)

@@ -349,6 +349,7 @@ class EpisodeTracker:
             emit({'charts/episodic_return': self._return,
                   'charts/episodic_length': float(self._length),
                   'charts/success_rate': self.success_rate,
+                  'charts/episode_success': float(self.successes[-1]),
                   'charts/final_distance': self.final_distances[-1]})
         self._return, self._length = 0.0, 0
 

@@ -219,7 +219,7 @@ class TrainingLoop:
             self.learner.ingest(item.batch)
             for episode in item.episodes:
                 self.episodes += 1
-                self.successes.append(float(episode.get('charts/success_rate', 0.0)))
+                self.successes.append(float(episode.get('charts/episode_success', 0.0)))
                 self.logger.log(episode, self.learner.env_steps)
         if received:
             self.maybe_publish()

@@ -63,13 +63,36 @@ class MetricsLogger:
             self._writer = None
 
 
+def _smoothed(points: list[tuple[int, float]], window: int = 50
+              ) -> tuple[list[int], list[float]]:
+    """
+    Return one point per distinct env step: the mean of the last ``window`` values.
+
+    Episodes that arrive in one batch share an env step; plotting them raw draws a vertical
+    line at that step. Averaging over the last ``window`` episodes reads like a rate.
+    """
+    steps: list[int] = []
+    values: list[float] = []
+    recent: list[float] = []
+    for step, value in points:
+        recent.append(value)
+        del recent[:-window]
+        mean = sum(recent) / len(recent)
+        if steps and steps[-1] == step:
+            values[-1] = mean
+        else:
+            steps.append(step)
+            values.append(mean)
+    return steps, values
+
+
 def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: str | Path,
                         title: str = 'UR5 reach') -> Path:
     """
     Save a PNG of success rate, episodic return and final distance against env steps.
 
-    :param history: ``MetricsLogger.history`` (uses ``eval/*`` when present, else
-        ``charts/*``).
+    :param history: ``MetricsLogger.history``: training episodes (``charts/*``, smoothed
+        over the last 50 episodes) and the evaluator's scores (``eval/*``, as points).
     :param path: where to write the PNG.
     """
     import matplotlib
@@ -81,18 +104,20 @@ def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: st
               ('final_distance', 'final distance (m)', None)]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, (name, label, ylim) in zip(axes, panels):
-        for prefix, style in (('charts', '-'), ('eval', 'o-')):
-            points = history.get(f'{prefix}/{name}', [])
-            if points:
-                steps, values = zip(*points)
-                ax.plot(steps, values, style, label=prefix, markersize=3,
-                        alpha=0.6 if prefix == 'charts' else 1.0)
+        raw = 'episode_success' if name == 'success_rate' else name
+        steps, values = _smoothed(history.get(f'charts/{raw}', []))
+        if steps:
+            ax.plot(steps, values, '-', label='training episodes (smoothed)', alpha=0.8)
+        points = history.get(f'eval/{name}', [])
+        if points:
+            ax.plot(*zip(*points), 'o', label='evaluations (fixed seeds)', markersize=4)
         ax.set_xlabel('env steps')
         ax.set_ylabel(label)
         if ylim:
             ax.set_ylim(*ylim)
         ax.grid(alpha=0.3)
-        ax.legend(loc='best', fontsize=8)
+        if steps or points:
+            ax.legend(loc='best', fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)

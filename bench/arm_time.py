@@ -1,0 +1,99 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Arm time to a reliable policy: one simulated arm paced to real time, as a physical UR5.
+
+One worker process steps the simulated UR5 at the control rate on the wall clock
+(``sim.real_time: true``, 25 Hz by default), which is how a physical arm delivers its
+transitions; the learner trains on the rest of the machine with the shipped configuration,
+so it runs as many updates per transition as it can, up to ``learner.max_updates_per_step``.
+The evaluator process scores a snapshot every ``--eval-every`` env steps on fixed seeds; the
+result is the arm time (env steps / control rate) of the first snapshot at the threshold, and
+the update-to-data ratio the learner sustained.
+
+Usage: ``python bench/arm_time.py [--quick] [--budget-min M]``; the last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main() -> None:
+    """Train one real-time arm; print the evaluations and the JSON summary."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true',
+                        help='2 minutes of arm time: a smoke run, not a figure')
+    parser.add_argument('--budget-min', type=float, default=20.0,
+                        help='most arm minutes to train')
+    parser.add_argument('--eval-every', type=int, default=1000, help='env steps')
+    parser.add_argument('--episodes', type=int, default=40, help='per evaluation')
+    parser.add_argument('--threshold', type=float, default=0.95)
+    parser.add_argument('--seed', type=int, default=0)
+    args = parser.parse_args()
+    if args.quick:
+        args.budget_min, args.episodes = 2.0, 10
+
+    from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, load_node_config,
+                                          LocalRunnerConfig)
+    from async_rl_ros.core.learning.metrics import MetricsLogger
+    from async_rl_ros.local.cli import default_config_path
+    from async_rl_ros.local.train import LocalRun
+
+    path = default_config_path()
+    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, {'sim.real_time': True,
+                                                                     'seed': args.seed})
+    hz = env_cfg.task.control_hz
+    budget_steps = int(args.budget_min * 60 * hz)
+    cfg = load_node_config(path, 'learner', LearnerConfig, {
+        'total_env_steps': budget_steps, 'eval_every': args.eval_every,
+        'eval_episodes': args.episodes, 'seed': args.seed,
+        'checkpoint.directory': '/tmp/async_rl_bench_arm_time'})
+    rcfg = load_node_config(path, 'local_runner', LocalRunnerConfig,
+                            {'mode': 'async', 'num_workers': 1})
+    run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger())
+    start = time.perf_counter()
+    reached: dict[str, float] = {}
+
+    def stop() -> bool:
+        for e in run.loop.evaluations:
+            if e.stats.success_rate >= args.threshold and not reached:
+                reached.update(env_steps=e.env_steps, wall_s=time.perf_counter() - start)
+        return bool(reached)
+
+    try:
+        run.run(should_stop=stop)
+    finally:
+        run.close()
+    learner = run.learner
+    ratio = learner.updates / max(1, learner.env_steps - cfg.learning_starts)
+    print(f'\nOne simulated UR5 in real time at {hz:.0f} Hz, learner: shipped defaults '
+          f'(max {cfg.max_updates_per_step:g} updates per transition)')
+    print(f'{"env steps":>10}{"arm min":>9}{"success":>9}')
+    for e in run.loop.evaluations:
+        print(f'{e.env_steps:>10}{e.env_steps / hz / 60:>9.1f}{e.stats.success_rate:>9.2f}')
+    minutes = reached['env_steps'] / hz / 60 if reached else None
+    print(f'arm time to {100 * args.threshold:.0f} %: '
+          f'{"not reached" if minutes is None else f"{minutes:.1f} min"}; '
+          f'updates per transition sustained: {ratio:.2f}')
+    print(json.dumps({'arm_minutes_to_95': round(minutes, 2) if minutes else None,
+                      'updates_per_transition': round(ratio, 3),
+                      'env_steps': learner.env_steps, 'updates': learner.updates}))
+
+
+if __name__ == '__main__':
+    main()
