@@ -18,9 +18,9 @@ import pathlib
 import subprocess
 import sys
 
-from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, load_node_config,
-                                      load_yaml_parameters, NODE_SECTIONS, parameters_markdown,
-                                      SafetyConfig)
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
+                                      load_node_config, load_yaml_parameters, NODE_SECTIONS,
+                                      parameters_markdown, SafetyConfig)
 from async_rl_ros.local.cli import default_config_path, parse_overrides
 import numpy as np
 import pytest
@@ -151,3 +151,14 @@ def test_cli_runs_the_scripted_policy():
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert 'success rate          100.0 %' in result.stdout
+
+
+def test_an_unknown_key_without_a_close_match_lists_its_group_in_a_short_line():
+    with pytest.raises(ConfigError) as err:
+        LearnerConfig.from_flat({'sac.qqq': 1}, prefix='learner.')
+    message = str(err.value)
+    assert "keys under 'learner.sac.'" in message and 'gamma' in message
+    assert 'replay' not in message and len(message) < 400
+    with pytest.raises(ConfigError) as err:
+        LearnerConfig.from_flat({'zzz': 1}, prefix='learner.')
+    assert 'sac.*' in str(err.value) and 'sac.gamma' not in str(err.value)

@@ -121,6 +121,19 @@ def _is_section_type(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, Section)
 
 
+def _unknown_key_hint(key: str, known: set[str], prefix: str) -> str:
+    """Suggest the closest key, else the keys of the same group (a short line, not all)."""
+    close = difflib.get_close_matches(key, sorted(known), n=1)
+    if close:
+        return f'did you mean {prefix + close[0]!r}?'
+    group = key.rsplit('.', 1)[0] + '.' if '.' in key else ''
+    names = sorted(k[len(group):] for k in known if group and k.startswith(group))
+    if names:
+        return f'keys under {prefix + group!r}: ' + ', '.join(names)
+    tops = sorted({k.split('.', 1)[0] + ('.*' if '.' in k else '') for k in known})
+    return f'keys here: {", ".join(tops)} (every key: docs/parameters.md)'
+
+
 class Section:
     """Base class of every configuration dataclass."""
 
@@ -152,10 +165,9 @@ class Section:
         known = {name for name, *_ in cls.options()}
         for key in values:
             if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f'did you mean {prefix + close[0]!r}?' if close else \
-                    'known keys: ' + ', '.join(sorted(known))
-                raise ConfigError(prefix + key, values[key], 'unknown key; ' + hint, source)
+                raise ConfigError(prefix + key, values[key],
+                                  'unknown key; ' + _unknown_key_hint(key, known, prefix),
+                                  source)
         obj = cls._build(values, source, prefix)
         obj.validate(source=source, prefix=prefix)
         return obj
