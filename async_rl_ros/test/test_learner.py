@@ -158,6 +158,7 @@ def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
     learner.ingest(transitions(300, np.random.default_rng(5)))
     assert learner.doctor.probe is not None and len(learner.doctor.probe) == 256
     old = learner.policy_state()
+    learner.published(old, 0)
     assert learner.check_policy_divergence({0: old.version}) == {0: pytest.approx(1.0)}
     assert learner.sac.policy_reg_weight == 0.0
     with torch.no_grad():  # a very different current policy

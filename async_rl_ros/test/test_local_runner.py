@@ -220,3 +220,10 @@ def test_a_resumed_run_continues_without_its_replay_buffer(tmp_path, mode):
         second.close()
     assert second.learner.env_steps >= 1400
     assert second.learner.updates > updates  # it trained again after the refill
+
+
+def test_the_loop_checks_the_policies_workers_act_with(tmp_path):
+    """The doctor's policy-similarity check runs on the run path, with the workers' versions."""
+    run = train_to_the_end(*configs(tmp_path, 'async', 1500))
+    assert set(run.loop.worker_versions) == {0, 1}
+    assert run.loop.cosines and all(-1.0 <= c <= 1.0 for c in run.loop.cosines.values())

@@ -30,6 +30,7 @@ with the weights so that workers act on identically normalized inputs.
 from __future__ import annotations
 
 from collections import OrderedDict
+import dataclasses
 import math
 import threading
 from typing import Any, Callable, Mapping
@@ -218,12 +219,20 @@ class Learner:
             mean, std = self.normalizer.stats()
             version = self.policy_version
         actor = {k: v.detach().cpu().clone() for k, v in self.sac.actor.state_dict().items()}
-        state = PolicyState(actor=actor, obs_mean=mean, obs_std=std,
-                            obs_clip=float(self.normalizer.clip), version=version)
-        self._published[version] = state
+        return PolicyState(actor=actor, obs_mean=mean, obs_std=std,
+                           obs_clip=float(self.normalizer.clip), version=version)
+
+    def published(self, state: PolicyState, version: int) -> None:
+        """
+        Record that workers received ``state`` as ``version`` (the policy-divergence check).
+
+        Also makes ``version`` the learner's policy version: transitions stamped with it lag
+        by what was published since.
+        """
+        self.policy_version = int(version)
+        self._published[int(version)] = dataclasses.replace(state, version=int(version))
         while len(self._published) > PUBLISHED_KEEP:
             self._published.popitem(last=False)
-        return state
 
     def policy_from_state(self, state: PolicyState) -> PolicyForExport:
         """Rebuild the deterministic CPU policy a worker runs from a :meth:`policy_state`."""

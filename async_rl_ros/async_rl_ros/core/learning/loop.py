@@ -157,6 +157,8 @@ class TrainingLoop:
         self.episodes = 0
         self.commit_seconds: list[float] = []
         self.published = -1          # version of the last published state
+        self.worker_versions: dict[int, int] = {}  # the policy each worker acts with
+        self.cosines: dict[int, float] = {}        # its similarity to the current policy
         self._lags: collections.deque[np.ndarray] = collections.deque()
         self._lag_count = 0
         self._ready_at: tuple[int, int] | None = None  # (updates, env steps) when updates began
@@ -212,6 +214,7 @@ class TrainingLoop:
             acted = np.asarray(item.batch['policy_version']).reshape(-1)
             lag = self.learner.policy_version - acted[acted >= 0]  # < 0: random actions
             if lag.size:
+                self.worker_versions[item.worker_id] = int(acted.max())
                 self._lags.append(lag)
                 self._lag_count += lag.size
                 while self._lag_count - self._lags[0].size >= LAG_WINDOW:
@@ -254,7 +257,8 @@ class TrainingLoop:
         self.commit_seconds.append(time.perf_counter() - start)
         del self.commit_seconds[:-100]
         if version is not None:
-            self.learner.policy_version = self.published = int(version)
+            self.learner.published(state, version)
+            self.published = int(version)
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self) -> None:
@@ -315,6 +319,9 @@ class TrainingLoop:
         if self.commit_seconds:
             out['transport/commit_ms'] = 1e3 * float(np.mean(self.commit_seconds))
         out.update(self.lag_percentiles())
+        # The doctor's policy-similarity check: raises the policy regularization when a
+        # worker acts with a policy that diverged from the learner's.
+        self.cosines = learner.check_policy_divergence(self.worker_versions)
         out.update(self.source.metrics())
         out.update(self.update_metrics)
         out.update(learner.metrics())
