@@ -30,15 +30,17 @@ so 0 is exact and every element is within ``scale / 2`` of ``x``. The range span
 not 255, so that the rounded zero point can never push the top code past 255. A row that
 is all zeros gets ``scale = 0`` and decodes to exact zeros.
 
-Deltas with error feedback. The encoder keeps ``reference``: bit for bit what every receiver
-holds after the last packet (the same numpy operations run on both sides). A delta packet
-quantizes ``target - reference`` and the encoder adds the dequantized delta to
-``reference`` exactly as the decoder does, so whatever the rounding lost is still in the
-next ``target - reference``: the residual is fed back and never accumulates. After every
-packet each element is within half a step of its target. With ``delta_grid = 'weight'``
-(default) a delta row's step is at least the step a full int8 packet of the target row
-would use: the error is never larger than a full packet's, and the small deltas of one
-commit become runs of the zero code that zlib shrinks to a fraction of a byte per weight.
+Deltas on the last keyframe. A full packet is a keyframe; until the next one, every packet is
+a delta from it (``base_version`` = the keyframe's version), not from the previous packet. A
+receiver holding the keyframe can apply any later delta, whichever packets it missed, which is
+what latest-value channels (a shared-memory board, a depth-1 topic) need. The encoder keeps
+:attr:`WeightEncoder.keyframe`, bit for bit what every receiver reconstructs from the keyframe
+(the same numpy operations run on both sides); a delta packet quantizes ``target -
+keyframe``, so each packet carries its own rounding and errors never accumulate. With
+``delta_grid = 'weight'`` (default) a delta row's step is at least the step a full int8 packet
+of the target row would use: the error is never larger than a full packet's, and the small
+drift since the keyframe becomes runs of a few codes around the zero code that zlib shrinks to
+a fraction of a byte per weight.
 
 Packets also carry float32 ``extras`` sent as they are (normalizer statistics) and a CRC32.
 The byte layout of :meth:`WeightPacket.to_bytes` (all integers little-endian)::
@@ -282,6 +284,9 @@ class WeightPacket:
     :param tensors: the encoded tensors.
     :param extras: float32 side data sent as is (``obs_mean``, ``obs_std``, ``obs_clip``).
     :param crc32: CRC32 of the body (:meth:`compute_crc`); set by :meth:`seal`.
+
+    A transport that sends fields around the packet (a shard's id and layout) passes them as
+    ``context``: the CRC then covers ``context + body``.
     """
 
     version: int
@@ -298,22 +303,24 @@ class WeightPacket:
         """Return whether the tensors are differences from ``base_version``."""
         return self.base_version >= 0
 
-    def compute_crc(self) -> int:
+    def compute_crc(self, context: bytes = b'') -> int:
         """
-        Compute the CRC32 of the packet body.
+        Compute the CRC32 of the packet body, preceded by ``context``.
 
-        :returns: ``zlib.crc32`` of the body bytes of :meth:`to_bytes`, which cover versions,
-            names, shapes, encodings, scales, zero points, payloads and extras.
+        :param context: bytes the transport sends around the packet (empty: none).
+        :returns: ``zlib.crc32`` of ``context`` and the body bytes of :meth:`to_bytes`, which
+            cover versions, names, shapes, encodings, scales, zero points, payloads and extras.
         """
-        return zlib.crc32(self._body())
+        return zlib.crc32(self._body(), zlib.crc32(context))
 
-    def seal(self) -> 'WeightPacket':
+    def seal(self, context: bytes = b'') -> 'WeightPacket':
         """
         Store the CRC of the current content.
 
+        :param context: bytes the transport sends around the packet.
         :returns: the packet itself.
         """
-        self.crc32 = self.compute_crc()
+        self.crc32 = self.compute_crc(context)
         return self
 
     def to_bytes(self) -> bytes:
@@ -468,19 +475,22 @@ class WeightEncoder:
 
     :param cfg: codec settings (defaults: per-channel int8, zlib, deltas, full every 50).
 
-    :attr:`reference` holds exactly what a receiver that got every packet reconstructs.
+    :attr:`keyframe` holds exactly what a receiver reconstructs from the last full packet,
+    :attr:`reference` what it holds after the last packet.
     """
 
     def __init__(self, cfg: CodecConfig | None = None):
         self.cfg = cfg if cfg is not None else CodecConfig()
         self.cfg.validate()
         self.version = -1
+        self.key_version = -1
+        self.keyframe: dict[str, np.ndarray] = {}
         self.reference: dict[str, np.ndarray] = {}
         self._since_full = 0
         self._full_requested = True
 
     def request_full(self) -> None:
-        """Make the next :meth:`encode` send a full packet (e.g. a worker asked to resync)."""
+        """Make the next :meth:`encode` send a full packet (a new keyframe)."""
         self._full_requested = True
 
     def encode(self, tensors: Mapping[str, Any], version: int,
@@ -498,7 +508,7 @@ class WeightEncoder:
         """
         arrays = _as_float32(tensors)
         same_layout = {k: v.shape for k, v in arrays.items()} == \
-            {k: v.shape for k, v in self.reference.items()}
+            {k: v.shape for k, v in self.keyframe.items()}
         if (not self.cfg.delta or self._full_requested or self._since_full >= self.cfg.full_every
                 or not same_layout):
             return self.encode_full(arrays, version, extras)
@@ -507,7 +517,7 @@ class WeightEncoder:
     def encode_full(self, tensors: Mapping[str, Any], version: int,
                     extras: Mapping[str, Any] | None = None) -> WeightPacket:
         """
-        Encode every tensor on its own.
+        Encode every tensor on its own: a new keyframe.
 
         :param tensors: name -> float tensor (numpy array or torch tensor).
         :param version: policy version, greater than the last one encoded.
@@ -518,6 +528,7 @@ class WeightEncoder:
         self._check_version(version)
         encoded = [self._encode_tensor(name, x, None) for name, x in arrays.items()]
         packet = self._commit(version, -1, encoded, extras)
+        self.keyframe, self.key_version = self.reference, int(version)
         self._since_full = 1
         self._full_requested = False
         return packet
@@ -526,29 +537,29 @@ class WeightEncoder:
                      base_version: int | None = None,
                      extras: Mapping[str, Any] | None = None) -> WeightPacket:
         """
-        Encode the difference from :attr:`reference` (error feedback included).
+        Encode the difference from :attr:`keyframe`.
 
-        :param tensors: name -> float tensor with the names and shapes of the last packet.
+        :param tensors: name -> float tensor with the names and shapes of the keyframe.
         :param version: policy version, greater than the last one encoded.
-        :param base_version: the version the delta applies to; must be the last one encoded
+        :param base_version: the version the delta applies to; must be the keyframe's
             (default).
         :param extras: float32 side data sent as is.
         :returns: the sealed packet.
-        :raises ValueError: nothing was encoded yet, the base is not the last version or the
-            tensors do not match the reference.
+        :raises ValueError: no keyframe was encoded yet, the base is not the keyframe or the
+            tensors do not match it.
         """
         arrays = _as_float32(tensors)
-        if self.version < 0:
-            raise ValueError('a delta needs a previous packet: call encode_full first')
-        base = self.version if base_version is None else int(base_version)
-        if base != self.version:
-            raise ValueError(f'base_version {base} is not the last encoded version '
-                             f'{self.version}')
+        if self.key_version < 0:
+            raise ValueError('a delta needs a keyframe: call encode_full first')
+        base = self.key_version if base_version is None else int(base_version)
+        if base != self.key_version:
+            raise ValueError(f'base_version {base} is not the keyframe version '
+                             f'{self.key_version}')
         layout = {k: v.shape for k, v in arrays.items()}
-        if layout != {k: v.shape for k, v in self.reference.items()}:
-            raise ValueError(f'tensors {layout} do not match the reference; send a full packet')
+        if layout != {k: v.shape for k, v in self.keyframe.items()}:
+            raise ValueError(f'tensors {layout} do not match the keyframe; send a full packet')
         self._check_version(version)
-        encoded = [self._encode_tensor(name, x, self.reference[name])
+        encoded = [self._encode_tensor(name, x, self.keyframe[name])
                    for name, x in arrays.items()]
         packet = self._commit(version, base, encoded, extras)
         self._since_full += 1
@@ -563,7 +574,7 @@ class WeightEncoder:
                 extras: Mapping[str, Any] | None) -> WeightPacket:
         packet = WeightPacket(int(version), base, [qt for qt, _ in encoded],
                               dict(extras or {})).seal()
-        # Only a packet that could be built moves the reference (error feedback stays exact).
+        # Only a packet that could be built moves the state.
         self.reference = {qt.name: ref for qt, ref in encoded}
         self.version = int(version)
         return packet
@@ -599,13 +610,16 @@ class WeightDecoder:
 
     A rejected packet raises :class:`CodecError`, is counted in :attr:`rejected` by reason
     and leaves the state untouched, so the caller keeps acting with its last good policy.
+    The decoder keeps the last keyframe (full packet) that deltas apply to.
     """
 
     def __init__(self):
         self.version = -1
+        self.key_version = -1
         self.accepted = 0
         self.rejected: collections.Counter[str] = collections.Counter()
         self._state: dict[str, np.ndarray] = {}
+        self._key: dict[str, np.ndarray] = {}
         self._extras: dict[str, np.ndarray] = {}
 
     @property
@@ -620,8 +634,24 @@ class WeightDecoder:
 
     def reset(self) -> None:
         """Forget the state, e.g. to accept a new network architecture (counters stay)."""
-        self.version = -1
-        self._state, self._extras = {}, {}
+        self.version = self.key_version = -1
+        self._state, self._key, self._extras = {}, {}, {}
+
+    def lacks_base(self, packet: WeightPacket) -> bool:
+        """Return whether ``packet`` is a delta on a keyframe this decoder does not hold."""
+        return packet.is_delta and (self.key_version < 0
+                                    or packet.base_version != self.key_version)
+
+    def is_stale(self, packet: WeightPacket) -> bool:
+        """
+        Return whether ``packet`` brings nothing newer than what the decoder holds.
+
+        A full packet of the version held is new when that version came by a delta: it
+        re-bases the decoder on a keyframe (a shard that was re-synced serves one).
+        """
+        if packet.version != self.version:
+            return packet.version < self.version
+        return packet.is_delta or self.key_version == self.version
 
     def apply_bytes(self, data: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
         """
@@ -638,43 +668,47 @@ class WeightDecoder:
             raise
         return self.apply(packet)
 
-    def apply(self, packet: WeightPacket) -> dict[str, np.ndarray]:
+    def apply(self, packet: WeightPacket, context: bytes = b'') -> dict[str, np.ndarray]:
         """
-        Verify a packet and apply it: full packets replace the state, deltas add to it.
+        Verify a packet and apply it: full packets replace the state, deltas add to the keyframe.
 
         :param packet: a packet from :meth:`WeightEncoder.encode` or a ROS message.
+        :param context: the bytes the transport's CRC covers besides the body.
         :returns: the new float32 tensors (copies).
         :raises CodecError: ``'crc'``, ``'version'`` (not newer than the current one),
-            ``'base_version'`` (a delta for another state), ``'shape'`` (names or shapes
+            ``'base_version'`` (a delta on another keyframe), ``'shape'`` (names or shapes
             differ from the known ones, payload does not fit), ``'encoding'``,
-            ``'non_finite'`` or ``'format'``; the packet is counted and ignored.
+            ``'non_finite'``, ``'extras'`` (normalizer statistics a policy would act with NaN
+            on) or ``'format'``; the packet is counted and changes nothing.
         """
         try:
-            state, extras = self._decode(packet)
+            state, extras = self._decode(packet, context)
         except CodecError as exc:
             self.rejected[exc.reason] += 1
             raise
         self._state, self._extras = state, extras
+        if not packet.is_delta:
+            self._key, self.key_version = state, int(packet.version)
         self.version = int(packet.version)
         self.accepted += 1
         return self.tensors
 
-    def _decode(self, packet: WeightPacket) -> tuple[dict[str, np.ndarray],
-                                                     dict[str, np.ndarray]]:
+    def _decode(self, packet: WeightPacket, context: bytes
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         try:
-            crc = packet.compute_crc()
+            crc = packet.compute_crc(context)
         except (ValueError, struct.error) as exc:
             raise CodecError('format', str(exc)) from None
         if crc != packet.crc32:
             raise CodecError('crc', f'crc32 {crc:#010x} != {packet.crc32:#010x}')
-        if packet.version <= self.version:
+        if self.is_stale(packet):
             raise CodecError('version', f'version {packet.version} is not newer than '
                              f'{self.version}')
         if packet.base_version < -1:
             raise CodecError('format', f'base_version {packet.base_version}')
-        if packet.is_delta and (self.version < 0 or packet.base_version != self.version):
+        if self.lacks_base(packet):
             raise CodecError('base_version', f'delta on version {packet.base_version}, the '
-                             f'current one is {self.version}')
+                             f'keyframe held is {self.key_version}')
         names = [t.name for t in packet.tensors]
         if len(set(names)) != len(names):
             raise CodecError('format', 'duplicate tensor names')
@@ -687,17 +721,18 @@ class WeightDecoder:
             if key in self._extras and value.shape != self._extras[key].shape:
                 raise CodecError('shape', f'extra {key}: {value.shape} != '
                                  f'{self._extras[key].shape}')
+        extras = dict(self._extras)
+        extras.update((k, v.copy()) for k, v in packet.extras.items())
+        _check_extras(extras)  # before anything is accepted
         state = {}
         for t in packet.tensors:
             value = t.values()
             if packet.is_delta:
                 with np.errstate(over='ignore', invalid='ignore'):
-                    value = self._state[t.name] + value
+                    value = self._key[t.name] + value
             if not np.isfinite(value).all():
                 raise CodecError('non_finite', f'{t.name} decodes to non-finite values')
             state[t.name] = value
-        extras = dict(self._extras)
-        extras.update((k, v.copy()) for k, v in packet.extras.items())
         return state, extras
 
     def stats(self) -> dict[str, int]:
@@ -727,6 +762,20 @@ class WeightDecoder:
             return PolicyState.from_parts(self._state, self._extras, self.version, obs_dim)
         except PolicyStateError as exc:
             raise CodecError('extras', str(exc)) from None
+
+
+def _check_extras(extras: Mapping[str, np.ndarray]) -> None:
+    """Refuse normalizer statistics a policy would act with NaN on (those present)."""
+    present = {k: extras[k] for k in PolicyState.EXTRAS if k in extras}
+    if not present:
+        return
+    known = next((v for k, v in present.items() if k != 'obs_clip'), np.zeros(1))
+    width = known.shape[-1] if known.ndim else 1
+    filled = {'obs_mean': np.zeros(width), 'obs_std': np.ones(width), 'obs_clip': 1.0}
+    try:
+        PolicyState.from_parts({}, {**filled, **present}, 0)
+    except PolicyStateError as exc:
+        raise CodecError('extras', str(exc)) from None
 
 
 def _diff(a: Mapping[str, tuple], b: Mapping[str, tuple]) -> list[str]:
