@@ -247,9 +247,10 @@ class LocalWeightReceiver:
     Worker side: poll every shard's boards and assemble the policy.
 
     Pickles as the board names (a spawned worker re-attaches). Each :meth:`poll` reads the
-    boards newest version first and stops as soon as a policy is assembled, so with replicas a
-    worker usually reads one shard's packet per version; a shard that stops serving (its
-    process died) falls behind and the replicas' boards are read instead.
+    boards newest version first (at one version, shards whose keyframe it holds first) and
+    stops as soon as a policy is assembled, so with replicas a worker usually reads one
+    shard's packet per version; a shard that stops serving (its process died) falls behind
+    and the replicas' boards are read instead.
 
     :param board_names: :attr:`LocalWeightPath.board_names`.
     :param obs_dim: the observation width the policy must take (not checked when ``None``).
@@ -292,7 +293,9 @@ class LocalWeightReceiver:
 
         Bad packets are counted and skipped: the caller keeps acting with its last policy.
         """
-        order = sorted(range(len(self.boards)), key=lambda i: (-self.boards[i][0].version, i))
+        known = self.assembler.decoders  # at one version, prefer a shard whose keyframe we hold
+        order = sorted(range(len(self.boards)),
+                       key=lambda i: (-self.boards[i][0].version, i not in known, i))
         fallback = None
         for i in order:
             latest, key = self.boards[i]
