@@ -216,7 +216,7 @@ def test_weight_shards_round_trip_and_assemble_from_messages(msgs):
     committer = ShardedCommitter(cfg, state)
     shards = [ShardReplica(i, 2) for i in range(2)]
     assembler = ShardAssembler()
-    received = {}
+    received, packets = {}, []
     for version in range(3):
         for shard in shards:
             commit = committer.full(shard.shard_id) if version == 0 else packets[shard.shard_id]
