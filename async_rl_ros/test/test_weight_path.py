@@ -162,11 +162,15 @@ def test_a_corrupt_board_packet_is_rejected_and_the_policy_kept(path_and_run):
 
 def test_a_killed_shard_is_served_by_its_replica_then_respawned_and_resynced(path_and_run):
     path, run = path_and_run
-    receiver = LocalWeightReceiver(path.board_names, OBS_DIM)
     for _ in range(3):
         _, state = next(run)
         version = path.publish(state)
+    boards = [WeightBoard(latest) for latest, _ in path.board_names]
+    _wait(lambda: all(b.version == version for b in boards), 'the shards')
+    receiver = LocalWeightReceiver(path.board_names, OBS_DIM)
     _receive(receiver, version)
+    assert set(receiver.assembler.decoders) == {0}  # it reads shard 0 while both serve
+    joined = receiver.resyncs  # 1 if shard 0's latest packet was a delta, else 0
     dead = path.pids()[0]
     path._procs[0].kill()
     _wait(lambda: not path.alive()[0], 'the shard to die')
@@ -177,7 +181,7 @@ def test_a_killed_shard_is_served_by_its_replica_then_respawned_and_resynced(pat
         packets = path.committer.commit(state)
         path._send(1, packets[1])  # (publish() would respawn shard 0 first)
         assert _deviation(actor, _receive(receiver, version), obs) <= 1e-2
-    assert receiver.resyncs >= 1  # shard 1's keyframe, not read while shard 0 served
+    assert receiver.resyncs == joined + 1  # shard 1's keyframe, once
     assert path.maintain() == [0] and path.respawns == 1 and path.pids()[0] != dead
     _wait(lambda: receiver.boards[0][0].version == path.committer.version, 'the re-sync')
     _, state = next(run)
@@ -185,3 +189,31 @@ def test_a_killed_shard_is_served_by_its_replica_then_respawned_and_resynced(pat
     _wait(lambda: all(b.version == version for b, _ in receiver.boards), 'both shards')
     assert _receive(receiver, version).version == version
     assert path.alive() == [True, True] and receiver.rejected == 0
+    for board in boards:
+        board.close()
+
+
+def _learner_process(pids):
+    """Child process: start a weight path, report the shard pids, then wait to be killed."""
+    _, initial = next(_learner())
+    path = LocalWeightPath(ParameterServerConfig(), CodecConfig(), initial)
+    pids.put((path.pids(), path.board_names))
+    time.sleep(600)
+
+
+def test_shard_processes_exit_when_their_learner_is_killed():
+    import multiprocessing as mp
+    ctx = mp.get_context('spawn')
+    pids = ctx.Queue()
+    learner = ctx.Process(target=_learner_process, args=(pids,))
+    learner.start()
+    shards, names = pids.get(timeout=DEADLINE_S)
+    assert all(not _gone(pid) for pid in shards)
+    learner.kill()  # no close(), no atexit: only the shards' watchdog can end them
+    learner.join()
+    _wait(lambda: all(_gone(pid) for pid in shards), 'the orphaned shards to exit')
+    for pair in names:  # what the killed learner could not remove
+        for name in pair:
+            board = WeightBoard(name)
+            board.owner = True
+            board.close()

@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Weight codec: int8 affine quantization, error-feedback deltas, zlib and a CRC32 per packet.
+Weight codec: int8 affine quantization, deltas on keyframes, zlib and a CRC32 per packet.
 
 The learner's :class:`WeightEncoder` turns float32 tensors into a :class:`WeightPacket`; each
 worker's :class:`WeightDecoder` turns packets back into float32 tensors and rejects bad ones.
