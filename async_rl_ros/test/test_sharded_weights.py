@@ -209,3 +209,15 @@ def test_a_respawned_shard_serves_a_keyframe_at_the_version_workers_hold():
     respawned.apply(committer.commit(_state(actor))[1])
     assert not assembler.lacks_base(respawned.weights())
     assert assembler.add(respawned.weights()).version == 2
+
+
+def test_a_shard_that_refused_a_duplicate_commit_is_resynced_at_its_version():
+    rng, actor, committer, shards = _cluster(num_shards=2, replicas=2)
+    packets = committer.commit(_state(_step(rng, actor)))
+    shards[0].apply(packets[0])
+    served = shards[0].weights()
+    with pytest.raises(CodecError) as err:
+        shards[0].apply(packets[0])  # a duplicate: the shard asks for a full commit ...
+    assert err.value.reason == 'version'
+    shards[0].apply(committer.full(0))  # ... which applies at the same version
+    assert shards[0].version == 1 and shards[0].weights() is served

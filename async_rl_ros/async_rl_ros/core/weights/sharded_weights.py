@@ -290,7 +290,8 @@ class ShardReplica:
         """
         Apply a commit addressed to this shard; a bad one is counted and changes nothing.
 
-        :param commit: a full commit (``base_version == -1``) or a delta on :attr:`version`.
+        :param commit: a full commit (``base_version == -1``; at :attr:`version` too: a re-sync
+            of a shard that refused a commit) or a delta on :attr:`version`.
         :param serve: encode the packet to serve now (a caller draining a backlog of commits
             serves only after the last one).
         :raises CodecError: ``'crc'``, ``'format'`` (another shard's), ``'version'``,
@@ -312,7 +313,8 @@ class ShardReplica:
         if (commit.shard_id, commit.num_shards) != (self.shard_id, self.num_shards):
             raise CodecError('format', f'commit for shard {commit.shard_id}/{commit.num_shards}'
                              f', this is {self.shard_id}/{self.num_shards}')
-        if packet.version <= self.version:
+        if packet.version < self.version or (packet.version == self.version
+                                              and packet.is_delta):
             raise CodecError('version', f'version {packet.version} is not newer than '
                              f'{self.version}')
         parts = commit.partitions()
@@ -325,7 +327,9 @@ class ShardReplica:
         if not packet.is_delta:
             if commit.layout != self.layout:
                 self.encoder = WeightEncoder(self.encoder.cfg)  # a new architecture
-            self.encoder.request_full()  # a re-sync starts a new keyframe
+                self._served = None
+            if packet.version > self.version:
+                self.encoder.request_full()  # a re-sync starts a new keyframe
             self._values = {k: v.copy() for k, v in values.items()}
             self.layout, self.chunk_size = dict(commit.layout), commit.chunk_size
         else:
