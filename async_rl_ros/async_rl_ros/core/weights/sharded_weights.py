@@ -313,8 +313,8 @@ class ShardReplica:
         if (commit.shard_id, commit.num_shards) != (self.shard_id, self.num_shards):
             raise CodecError('format', f'commit for shard {commit.shard_id}/{commit.num_shards}'
                              f', this is {self.shard_id}/{self.num_shards}')
-        if packet.version < self.version or (packet.version == self.version
-                                              and packet.is_delta):
+        stale = packet.version < self.version
+        if stale or (packet.version == self.version and packet.is_delta):
             raise CodecError('version', f'version {packet.version} is not newer than '
                              f'{self.version}')
         parts = commit.partitions()
