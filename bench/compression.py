@@ -175,15 +175,20 @@ def codec_setting(states: list[PolicyState], cfg: CodecConfig, obs: torch.Tensor
 def bit_flips(states: list[PolicyState], flips: int, seed: int) -> tuple[float, int]:
     """Flip one random bit of a production delta packet, many times; count rejections."""
     committer = ShardedCommitter(ParameterServerConfig(), states[0])
-    replica, assembler = ShardReplica(0, 2), ShardAssembler(OBS_DIM)
+    replica = ShardReplica(0, 2)
     replica.apply(committer.full(0))
-    assembler.add(replica.weights())
-    for truth in states[1:]:
+    holder = last = None
+    for truth in states:
         packets = committer.commit(truth)
         if packets is not None:
             replica.apply(packets[0])
-    assert replica.weights().packet.is_delta
-    raw = replica.weights().to_bytes()
+        served = replica.weights()
+        if not served.packet.is_delta:
+            holder = ShardAssembler(OBS_DIM)  # a worker holding this keyframe
+            holder.add(served)
+        else:
+            last = (served.to_bytes(), holder)
+    raw, assembler = last
     rng = np.random.default_rng(seed)
     rejected = 0
     for bit in rng.integers(0, 8 * len(raw), size=flips):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import signal
 from typing import Any
 
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
@@ -57,6 +58,7 @@ _POLL_S = 0.2  # how often an idle shard process checks on its parent
 def _shard_main(shard_id: int, num_shards: int, codec_cfg: CodecConfig, commits: Any,
                 boards: tuple[str, str], status: Any) -> None:
     """Run one shard: apply the learner's commits, put the packets on the shard's boards."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner stops us (or its death does)
     parent = mp.parent_process()
     replica = ShardReplica(shard_id, num_shards, codec_cfg)
     latest, keyframe = WeightBoard(boards[0]), WeightBoard(boards[1])
@@ -247,10 +249,12 @@ class LocalWeightReceiver:
     Worker side: poll every shard's boards and assemble the policy.
 
     Pickles as the board names (a spawned worker re-attaches). Each :meth:`poll` reads the
-    boards newest version first (at one version, shards whose keyframe it holds first) and
-    stops as soon as a policy is assembled, so with replicas a worker usually reads one
-    shard's packet per version; a shard that stops serving (its process died) falls behind
-    and the replicas' boards are read instead.
+    boards newest version first and stops as soon as a policy is assembled, so with replicas a
+    worker usually reads one shard's packet per version. A shard whose keyframe the worker
+    holds counts as one version newer than it is: a keyframe costs about as much as two
+    deltas, so the worker rather waits one poll for its shard than fetch another's keyframe.
+    A shard that stops serving (its process died) falls behind and the replicas' boards are
+    read instead.
 
     :param board_names: :attr:`LocalWeightPath.board_names`.
     :param obs_dim: the observation width the policy must take (not checked when ``None``).
@@ -293,14 +297,14 @@ class LocalWeightReceiver:
 
         Bad packets are counted and skipped: the caller keeps acting with its last policy.
         """
-        known = self.assembler.decoders  # at one version, prefer a shard whose keyframe we hold
-        order = sorted(range(len(self.boards)),
-                       key=lambda i: (-self.boards[i][0].version, i not in known, i))
+        known = self.assembler.decoders
+        versions = [latest.version + (i in known) for i, (latest, _) in enumerate(self.boards)]
+        order = sorted(range(len(self.boards)), key=lambda i: (-versions[i], i not in known, i))
         fallback = None
         for i in order:
             latest, key = self.boards[i]
             if latest.version <= self.assembler.version:
-                break  # this board and the ones after it hold nothing newer than the policy
+                continue  # nothing newer than the policy on this board
             got = latest.poll()
             packet = None if got is None else self._parse(got[1])
             if packet is None:
