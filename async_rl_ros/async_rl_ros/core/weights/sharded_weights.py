@@ -272,6 +272,29 @@ class ShardAssembler:
             return sp.packet.is_delta
         return decoder.lacks_base(sp.packet)
 
+    def add_latest(self, sp: ShardPacket, keyframe: ShardPacket | None = None
+                   ) -> PolicyState | None:
+        """
+        Add a shard's latest packet, after its keyframe when this worker lacks that base.
+
+        :param sp: the newest packet of a shard (a keyframe or a delta on one).
+        :param keyframe: the shard's current keyframe, if the transport has it.
+        :returns: like :meth:`add` (the keyframe's state if only it completes a policy).
+        :raises CodecError: the latest packet is rejected (and counted).
+        """
+        state = None
+        if keyframe is not None and self.lacks_base(sp):
+            try:
+                state = self.add(keyframe)
+            except CodecError:
+                pass  # counted; the latest packet is then rejected for its base too
+        try:
+            return self.add(sp) or state
+        except CodecError:
+            if state is None:
+                raise
+            return state
+
     def add(self, sp: ShardPacket) -> PolicyState | None:
         """
         Verify and store one shard packet; return a new policy state when one is complete.
