@@ -479,3 +479,18 @@ def test_decoded_actor_acts_like_the_original():
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+
+
+@pytest.mark.parametrize('extras', [{'obs_mean': np.full(3, np.nan)}, {'obs_std': np.zeros(3)},
+                                    {'obs_clip': np.float32(-1)}])
+def test_unusable_normalizer_statistics_are_rejected_before_acceptance(extras):
+    enc, dec = WeightEncoder(), WeightDecoder()
+    good = {'obs_mean': np.zeros(3), 'obs_std': np.ones(3), 'obs_clip': np.float32(5)}
+    dec.apply(enc.encode(tensors(0), 1, good))
+    before = dec.tensors
+    with pytest.raises(CodecError) as info:
+        dec.apply(enc.encode(tensors(1), 2, {**good, **extras}))  # a valid CRC
+    assert info.value.reason == 'extras' and dec.rejected['extras'] == 1
+    assert dec.version == 1
+    assert all(np.array_equal(before[k], v) for k, v in dec.tensors.items())
+    np.testing.assert_array_equal(dec.extras['obs_std'], good['obs_std'])
