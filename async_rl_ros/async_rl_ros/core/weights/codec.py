@@ -28,10 +28,11 @@ what latest-value channels (a shared-memory board, a depth-1 topic) need. The en
 :attr:`WeightEncoder.keyframe`, bit for bit what every receiver reconstructs from the keyframe
 (the same numpy operations run on both sides); a delta packet quantizes ``target -
 keyframe``, so each packet carries its own rounding and errors never accumulate. With
-``delta_grid = 'weight'`` (default) a delta row's step is at least the step a full int8 packet
-of the target row would use: the error is never larger than a full packet's, and the drift
-since the keyframe becomes a few codes around the zero code that zlib packs into a few bits
-per weight (``bench/compression.py``).
+``delta_grid = 'weight'`` (default) a delta row's step is the step a full int8 packet of the
+target row would use, or the delta's own range over 254 steps when that is wider (a row that
+moved by more than its range since the keyframe): the drift since the keyframe becomes a
+few codes around the zero code that zlib packs into a few bits per weight
+(``bench/compression.py``).
 
 Packets also carry float32 ``extras`` sent as they are (normalizer statistics); a decoder
 refuses statistics a policy would act with NaN on before it accepts anything.
