@@ -16,10 +16,10 @@
 Delayed update: learner stall per optimizer step and bytes/s for commit_every 1 vs 8.
 
 The learner trains the reach-task networks on a filled replay buffer. After every
-``commit_every`` optimizer steps it commits the accumulated actor change to the parameter
-server, reads the server's weights back and publishes the int8 packet on the shared-memory
-weight board -- exactly what the local runner does (through the same ``PolicyPublisher``).
-The stall is the time the commit path (commit, read back, encode) adds per optimizer step;
+``commit_every`` optimizer steps it commits its policy state through the production weight
+path, ``LocalWeightPath.publish`` (the float32 change per shard, queued to the shard
+processes, which encode and serve the int8 packets on their shared-memory boards).
+The stall is the time the learner-side commit path adds per optimizer step;
 the loop with no commits runs in the same process for comparison, and the rounds alternate
 so machine noise hits every setting alike.
 
@@ -61,23 +61,25 @@ def _learner(seed: int):
 def measure(commit_every: int | None, steps: int, seed: int = 0) -> dict[str, float]:
     """Return seconds per optimizer step and bytes published for one setting."""
     from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
-    from async_rl_ros.core.weights.publisher import PolicyPublisher
-    from async_rl_ros.local.weight_board import WeightBoard
+    from async_rl_ros.local.weight_path import LocalWeightPath
 
     learner = _learner(seed)
-    publisher = PolicyPublisher(learner, ParameterServerConfig(), CodecConfig())
-    board = WeightBoard()
+    path = LocalWeightPath(ParameterServerConfig(), CodecConfig(), learner.policy_state())
+    stall = 0.0
     start = time.perf_counter()
     for step in range(1, steps + 1):
         learner.train_step()
         if commit_every and step % commit_every == 0:
-            published = publisher.publish()
-            if published is not None:
-                board.publish(published[1], published[0])
+            begin = time.perf_counter()
+            state = learner.policy_state()
+            version = path.publish(state) if state is not None else None
+            if version is not None:
+                learner.policy_version = version
+            stall += time.perf_counter() - begin
     elapsed = time.perf_counter() - start
-    board.close()
-    return {'step_s': elapsed / steps, 'stall_s': publisher.seconds / steps,
-            'bytes_per_s': publisher.bytes_published / elapsed}
+    path.close()
+    return {'step_s': elapsed / steps, 'stall_s': stall / steps,
+            'bytes_per_s': path.bytes_committed / elapsed}
 
 
 def main() -> None:
@@ -95,12 +97,12 @@ def main() -> None:
            for name, runs in results.items()}
     print(f'\nDelayed commits, reach-task SAC (batch 256), {steps} optimizer steps x '
           f'{rounds} alternating rounds (medians)')
-    print(f'{"setting":<16}{"ms/step":>9}{"stall ms/step":>15}{"MB/s published":>16}')
+    print(f'{"setting":<16}{"ms/step":>9}{"stall ms/step":>15}{"MB/s committed":>16}')
     print('-' * 56)
     for name, r in med.items():
         print(f'{name:<16}{1e3 * r["step_s"]:>9.2f}{1e3 * r["stall_s"]:>15.3f}'
               f'{r["bytes_per_s"] / 1e6:>16.3f}')
-    print('stall = commit + server read + int8 encode, per optimizer step')
+    print('stall = policy_state + LocalWeightPath.publish (diff, pack, queue), per optimizer step')
     print(json.dumps({'stall_ms_commit1': round(1e3 * med['commit_every=1']['stall_s'], 4),
                       'stall_ms_commit8': round(1e3 * med['commit_every=8']['stall_s'], 4)}))
 

@@ -89,8 +89,9 @@ def _publish_weights(count: int, rate_hz: float) -> None:
     """Child process: publish ``count`` PolicyWeights of the actor at ``rate_hz``."""
     import rclpy
 
-    from async_rl_ros.core.config import ParameterServerConfig
+    from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
     from async_rl_ros.core.learning.networks import Actor
+    from async_rl_ros.core.records import PolicyState
     from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
     from async_rl_ros.ros import qos
     from async_rl_ros.ros.conversions import shard_packet_to_msg
@@ -102,17 +103,17 @@ def _publish_weights(count: int, rate_hz: float) -> None:
     actor = {k: v.numpy() for k, v in Actor(21, 6, (256, 256)).state_dict().items()}
     extras = {'obs_mean': np.zeros(21, np.float32), 'obs_std': np.ones(21, np.float32),
               'obs_clip': np.float32(10.0)}
-    cfg = ParameterServerConfig(num_shards=1, replicas=1, commit_every=1)
-    committer = ShardedCommitter(cfg, actor)
-    shard = ShardReplica(0, 1)
-    shard.apply(committer.full(0, extras))
+    cfg = ParameterServerConfig(num_shards=1, replicas=1)
+    committer = ShardedCommitter(cfg, PolicyState.from_parts(actor, extras, 0))
+    shard = ShardReplica(0, 1, CodecConfig(delta=False))  # full packets: any one assembles
+    shard.apply(committer.full(0))
     rng = np.random.default_rng(1)
     if _wait_for_match(pub):
         time.sleep(0.5)
         for _ in range(count):
             actor = {k: v + 1e-3 * rng.standard_normal(v.shape).astype(np.float32)
                      for k, v in actor.items()}
-            shard.apply(committer.commit(actor, extras)[0])
+            shard.apply(committer.commit(PolicyState.from_parts(actor, extras, 0))[0])
             msg = shard_packet_to_msg(shard.weights())
             msg.header.stamp = node.get_clock().now().to_msg()
             pub.publish(msg)

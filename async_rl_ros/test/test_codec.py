@@ -185,8 +185,8 @@ def test_delta_round_trip_within_half_step(grid):
             assert np.all(qt.scales >= full_scales)
 
 
-def test_error_feedback_has_no_drift_over_1000_commits():
-    """A random walk committed 1,000 times stays within one step of its target, every time."""
+def test_keyframe_deltas_have_no_drift_over_1000_commits():
+    """A random walk committed 1,000 times stays within half a step of its target, every time."""
     rng = np.random.default_rng(7)
     enc, dec = WeightEncoder(CodecConfig(full_every=10**6)), WeightDecoder()
     target = {'w': rng.normal(0, 0.1, size=(16, 24)).astype(np.float32),
@@ -195,6 +195,7 @@ def test_error_feedback_has_no_drift_over_1000_commits():
     for version in range(1000):
         packet = enc.encode(target, version)
         assert packet.is_delta == (version > 0)
+        assert packet.base_version == (0 if version else -1)  # always the keyframe
         out = dec.apply(packet)
         for qt in packet.tensors:
             error = np.abs(out[qt.name] - target[qt.name])
@@ -208,6 +209,22 @@ def test_error_feedback_has_no_drift_over_1000_commits():
             if version % 97 == 0:
                 value += rng.normal(0, 1e-2, value.shape).astype(np.float32)
     assert worst <= 0.5 + 1e-3
+
+
+def test_a_receiver_that_missed_deltas_applies_the_next_one():
+    enc, dec = WeightEncoder(CodecConfig(full_every=10)), WeightDecoder()
+    rng = np.random.default_rng(3)
+    data = tensors()
+    packets = []
+    for version in range(10):
+        data = {k: v + rng.normal(0, 1e-3, v.shape).astype(np.float32) for k, v in data.items()}
+        packets.append(enc.encode(data, version))
+    dec.apply(packets[0])
+    out = dec.apply(packets[7])  # 1..6 were missed (a latest-value channel)
+    for qt in packets[7].tensors:
+        np.testing.assert_array_equal(out[qt.name], enc.keyframe[qt.name] + qt.values())
+    dec.apply(packets[9])
+    np.testing.assert_array_equal(dec.tensors['w'], enc.reference['w'])
 
 
 def test_encode_sends_full_packets_as_configured():
@@ -226,14 +243,14 @@ def test_encoder_refuses_bad_input():
     enc = WeightEncoder()
     with pytest.raises(ValueError, match='non-finite'):
         enc.encode({'w': np.array([1.0, np.nan])}, 0)
-    with pytest.raises(ValueError, match='previous packet'):
+    with pytest.raises(ValueError, match='keyframe'):
         enc.encode_delta(tensors(), 0)
     enc.encode_full(tensors(), 5)
     with pytest.raises(ValueError, match='not greater'):
         enc.encode(tensors(), 5)
     with pytest.raises(ValueError, match='base_version'):
         enc.encode_delta(tensors(), 6, base_version=4)
-    with pytest.raises(ValueError, match='reference'):
+    with pytest.raises(ValueError, match='do not match'):
         enc.encode_delta({'w': np.zeros(3)}, 6)
     assert enc.version == 5
     assert enc.encode_delta(tensors(), 6, base_version=5).base_version == 5
@@ -348,19 +365,22 @@ def test_versions_must_increase():
 
 
 def test_delta_on_the_wrong_base_is_rejected():
-    enc, dec = WeightEncoder(), WeightDecoder()
+    enc, dec = WeightEncoder(CodecConfig(full_every=2)), WeightDecoder()
     full = enc.encode(tensors(0), 0)
     first = enc.encode(tensors(1), 1)
-    second = enc.encode(tensors(2), 2)
+    key = enc.encode(tensors(2), 2)
+    second = enc.encode(tensors(3), 3)
     with pytest.raises(CodecError, match='base_version'):
-        dec.apply(first)  # no full packet yet
+        dec.apply(first)  # no keyframe yet
+    assert dec.lacks_base(first)
     dec.apply(full)
     with pytest.raises(CodecError, match='base_version'):
-        dec.apply(second)  # skips version 1
+        dec.apply(second)  # its keyframe (version 2) was missed
     assert dec.rejected['base_version'] == 2 and dec.version == 0
     dec.apply(first)
+    dec.apply(key)
     dec.apply(second)
-    assert dec.version == 2
+    assert dec.version == 3 and dec.key_version == 2
 
 
 def test_shape_mismatch_is_rejected():
@@ -459,3 +479,18 @@ def test_decoded_actor_acts_like_the_original():
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+
+
+@pytest.mark.parametrize('extras', [{'obs_mean': np.full(3, np.nan)}, {'obs_std': np.zeros(3)},
+                                    {'obs_clip': np.float32(-1)}])
+def test_unusable_normalizer_statistics_are_rejected_before_acceptance(extras):
+    enc, dec = WeightEncoder(), WeightDecoder()
+    good = {'obs_mean': np.zeros(3), 'obs_std': np.ones(3), 'obs_clip': np.float32(5)}
+    dec.apply(enc.encode(tensors(0), 1, good))
+    before = dec.tensors
+    with pytest.raises(CodecError) as info:
+        dec.apply(enc.encode(tensors(1), 2, {**good, **extras}))  # a valid CRC
+    assert info.value.reason == 'extras' and dec.rejected['extras'] == 1
+    assert dec.version == 1
+    assert all(np.array_equal(before[k], v) for k, v in dec.tensors.items())
+    np.testing.assert_array_equal(dec.extras['obs_std'], good['obs_std'])

@@ -22,9 +22,11 @@ the converters use that the .msg files lack, or with another type, fails these t
 """
 
 from array import array
+import dataclasses
 import pathlib
 
 from async_rl_ros.core.config import ParameterServerConfig
+from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights import codec
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
@@ -33,6 +35,7 @@ from async_rl_ros.ros import conversions
 from conftest import require_linter
 import numpy as np
 import pytest
+import torch
 
 MSG_DIR = pathlib.Path(__file__).resolve().parents[2] / 'async_rl_ros_interfaces' / 'msg'
 PACKAGE = 'async_rl_ros_interfaces'
@@ -206,32 +209,43 @@ def test_weight_shards_round_trip_and_assemble_from_messages(msgs):
     rng = np.random.default_rng(2)
     actor = {'trunk.0.weight': rng.normal(size=(32, 21)).astype(np.float32),
              'trunk.0.bias': rng.normal(size=32).astype(np.float32)}
-    extras = {'obs_mean': np.zeros(21, np.float32), 'obs_std': np.ones(21, np.float32),
-              'obs_clip': np.float32(10.0)}
-    cfg = ParameterServerConfig(num_shards=2, replicas=1, chunk_size=256, commit_every=1)
-    committer = ShardedCommitter(cfg, actor)
+    state = PolicyState(actor={k: torch.as_tensor(v) for k, v in actor.items()},
+                        obs_mean=np.zeros(21, np.float32), obs_std=np.ones(21, np.float32),
+                        obs_clip=10.0, version=0)
+    cfg = ParameterServerConfig(num_shards=2, replicas=1, chunk_size=256)
+    committer = ShardedCommitter(cfg, state)
     shards = [ShardReplica(i, 2) for i in range(2)]
     assembler = ShardAssembler()
-    state = None
-    for shard in shards:
-        commit = conversions.shard_packet_to_msg(committer.full(shard.shard_id, extras),
-                                                 'WeightsCommit', msgs=msgs)
-        assert set(msgs.WeightsCommit.FIELDS) - commit._assigned == {'header'}
-        shard.apply(conversions.msg_to_shard_packet(commit))
-        weights = conversions.shard_packet_to_msg(shard.weights(), msgs=msgs)
-        assert isinstance(weights, msgs.PolicyWeights)
-        received = conversions.msg_to_shard_packet(weights)
-        assert received.packet.compute_crc() == weights.crc32
-        state = assembler.add(received) or state
-    assert state is not None and state.version == 0
-    for name, value in actor.items():
-        step = np.abs(value).max() / 127
-        np.testing.assert_allclose(state.actor[name].numpy(), value, atol=step)
+    received, packets = {}, []
+    for version in range(3):
+        for shard in shards:
+            commit = committer.full(shard.shard_id) if version == 0 else packets[shard.shard_id]
+            commit = conversions.shard_packet_to_msg(commit, 'WeightsCommit', msgs=msgs)
+            assert set(msgs.WeightsCommit.FIELDS) - commit._assigned == {'header'}
+            shard.apply(conversions.msg_to_shard_packet(commit))
+            weights = conversions.shard_packet_to_msg(shard.weights(), msgs=msgs)
+            assert isinstance(weights, msgs.PolicyWeights)
+            received[shard.shard_id] = conversions.msg_to_shard_packet(weights)
+            received[shard.shard_id].verify()  # the CRC covers the shard fields too
+            assert received[shard.shard_id].packet.is_delta == (version > 0)
+            result = assembler.add(received[shard.shard_id])
+        assert result is not None and result.version == version
+        actor = {k: v + 0.01 for k, v in actor.items()}
+        packets = committer.commit(dataclasses.replace(
+            state, actor={k: torch.as_tensor(v) for k, v in actor.items()}))
+    for name, value in result.actor.items():
+        step = np.abs(actor[name]).max() / 127
+        np.testing.assert_allclose(value.numpy(), actor[name] - 0.01, atol=step)
     corrupt = conversions.shard_packet_to_msg(shards[0].weights(), msgs=msgs)
     corrupt.tensors[0].payload[0] ^= 0xFF
     with pytest.raises(CodecError) as err:
         ShardAssembler().add(conversions.msg_to_shard_packet(corrupt))
     assert err.value.reason == 'crc'
+    relaid = conversions.shard_packet_to_msg(shards[0].weights(), msgs=msgs)
+    relaid.chunk_size += 1  # outside the packet body, inside the CRC
+    with pytest.raises(CodecError) as err:
+        assembler.add(conversions.msg_to_shard_packet(relaid))
+    assert err.value.reason == 'crc' and assembler.version == 2
 
 
 def test_float_tensors_keep_scalars_and_shapes(msgs):

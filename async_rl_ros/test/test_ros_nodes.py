@@ -33,6 +33,7 @@ pytest.importorskip('async_rl_ros_interfaces.msg')
 
 from async_rl_ros.core.config import (EnvWorkerConfig, ParameterServerConfig,  # noqa: E402, I100
                                       RosTransportConfig)
+from async_rl_ros.core.records import PolicyState  # noqa: E402
 from async_rl_ros.core.weights.codec import CodecError  # noqa: E402
 from async_rl_ros.core.weights.sharded_weights import (ShardAssembler,  # noqa: E402
                                                        ShardedCommitter, ShardReplica)
@@ -83,26 +84,28 @@ def test_weight_shards_survive_the_wire_and_assemble():
              'b': rng.normal(size=40).astype(np.float32)}
     extras = {'obs_mean': np.zeros(21, np.float32), 'obs_std': np.ones(21, np.float32),
               'obs_clip': np.float32(10.0)}
-    cfg = ParameterServerConfig(num_shards=2, replicas=1, chunk_size=300, commit_every=1)
-    committer = ShardedCommitter(cfg, actor)
+    cfg = ParameterServerConfig(num_shards=2, replicas=1, chunk_size=300)
+    committer = ShardedCommitter(cfg, PolicyState.from_parts(actor, extras, 0))
     shards = [ShardReplica(i, 2) for i in range(2)]
     assembler = ShardAssembler()
     for shard in shards:
-        commit = conversions.shard_packet_to_msg(committer.full(shard.shard_id, extras),
+        commit = conversions.shard_packet_to_msg(committer.full(shard.shard_id),
                                                  'WeightsCommit')
         commit = deserialize_message(serialize_message(commit), WeightsCommit)
         shard.apply(conversions.msg_to_shard_packet(commit))
     for step in range(3):
         actor = {k: v + 0.01 for k, v in actor.items()}
-        for shard, packet in zip(shards, committer.commit(actor, extras)):
+        packets = committer.commit(PolicyState.from_parts(actor, extras, 0))
+        for shard, packet in zip(shards, packets):
             wire = deserialize_message(serialize_message(
                 conversions.shard_packet_to_msg(packet, 'WeightsCommit')), WeightsCommit)
             shard.apply(conversions.msg_to_shard_packet(wire))
         state = None
         for shard in shards:
-            weights = deserialize_message(serialize_message(
-                conversions.shard_packet_to_msg(shard.weights())), PolicyWeights)
-            state = assembler.add(conversions.msg_to_shard_packet(weights)) or state
+            for served in (shard.keyframe(), shard.weights()):  # a delta after the keyframe
+                weights = deserialize_message(serialize_message(
+                    conversions.shard_packet_to_msg(served)), PolicyWeights)
+                state = assembler.add(conversions.msg_to_shard_packet(weights)) or state
         assert state is not None and state.version == step + 1
     for name, value in actor.items():
         np.testing.assert_allclose(state.actor[name].numpy(), value,

@@ -21,7 +21,10 @@ number was the same even value before and after. Readers never block the writer 
 other, and a torn read is simply retried at the next poll. Packets carry their own CRC, so
 even a read the seqlock missed would be rejected by the decoder.
 
-Layout: ``[seq u64][version i64][length u64][payload ...]``.
+Layout: ``[seq u64][version i64][length u64][payload ...]``. The writer may be a process
+other than the creator (a shard process writes on a board its learner created, so the board
+outlives a shard that dies); a writer that died mid-write leaves an odd sequence number, which
+the next writer closes before it writes.
 """
 
 from __future__ import annotations
@@ -68,23 +71,37 @@ class WeightBoard:
         n = len(packet)
         if n > self.capacity:
             raise ValueError(f'weights packet of {n} bytes exceeds the board ({self.capacity})')
-        self._header[0] += 1  # odd: writing
+        seq = int(self._header[0]) | 1  # odd: writing (already odd if a writer died here)
+        self._header[0] = seq
         self.shm.buf[_HEADER:_HEADER + n] = packet
         self._header[1] = version
         self._header[2] = n
-        self._header[0] += 1  # even: stable
+        self._header[0] = seq + 1  # even: stable
+
+    @property
+    def version(self) -> int:
+        """Return the version on the board now (-1: empty), without copying the packet."""
+        return int(self._header[1])
 
     def poll(self) -> tuple[int, bytes] | None:
         """Return ``(version, packet)`` if a newer stable packet is there, else ``None``."""
+        if self.version <= self.seen_version:
+            return None
+        got = self.read()
+        if got is not None:
+            self.seen_version = got[0]
+        return got
+
+    def read(self) -> tuple[int, bytes] | None:
+        """Return the stable ``(version, packet)`` on the board, seen or not (else ``None``)."""
         seq = int(self._header[0])
         version = int(self._header[1])
-        if seq % 2 or version <= self.seen_version:
+        if seq % 2 or version < 0:
             return None
         n = int(self._header[2])
         packet = bytes(self.shm.buf[_HEADER:_HEADER + n])
         if int(self._header[0]) != seq:
             return None  # overwritten while copying: take the next one
-        self.seen_version = version
         return version, packet
 
     def close(self) -> None:

@@ -17,10 +17,12 @@
 
 Applies the learner's commits (``/commits/shard_<i>``, WeightsCommit) to a
 :class:`~async_rl_ros.core.weights.sharded_weights.ShardReplica` and publishes the shard's
-partitions as an int8 PolicyWeights on ``/weights/shard_<i>`` -- reliable, transient local,
-depth 1, so a worker that starts (or restarts) late gets the newest version at once. A commit
-that cannot apply (bad CRC, a missed commit) is counted and refused; the shard then says
-``needs_full`` in its ShardStatus and the learner re-sends its partitions whole.
+partitions as an int8 PolicyWeights on ``/weights/shard_<i>``: a keyframe (full packet) every
+``codec.full_every`` packets, deltas on it in between. The keyframe itself is also on
+``/weights/shard_<i>/keyframe``. Both are reliable, transient local, depth 1, so a worker that
+starts (or restarts) late, or missed the keyframe, gets it at once and applies the next delta.
+A commit that cannot apply (bad CRC, a missed commit) is counted and refused; the shard then
+says ``needs_full`` in its ShardStatus and the learner re-sends its partitions whole.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class ParamServerNode(Node):
         self.weights_pub = self.create_publisher(PolicyWeights,
                                                  topics.weights_topic(self.shard_id),
                                                  qos.WEIGHTS)
+        self.keyframe_pub = self.create_publisher(PolicyWeights,
+                                                  topics.keyframe_topic(self.shard_id),
+                                                  qos.WEIGHTS)
+        self._keyframe_sent = None
         self.status_pub = self.create_publisher(ShardStatus, topics.SHARD_STATUS, qos.STATUS)
         self.create_subscription(WeightsCommit, topics.commits_topic(self.shard_id),
                                  self._on_commit, qos.COMMITS)
@@ -80,10 +86,15 @@ class ParamServerNode(Node):
             return
         if msg.base_version < 0:
             self.needs_full = False
+        stamp = self.get_clock().now().to_msg()
+        keyframe = self.replica.keyframe()
+        if keyframe is not None and keyframe is not self._keyframe_sent:
+            self.keyframe_pub.publish(shard_packet_to_msg(keyframe, 'PolicyWeights',
+                                                          stamp=stamp))
+            self._keyframe_sent = keyframe
         weights = self.replica.weights()
         if weights is not None:
-            self.weights_pub.publish(shard_packet_to_msg(
-                weights, 'PolicyWeights', stamp=self.get_clock().now().to_msg()))
+            self.weights_pub.publish(shard_packet_to_msg(weights, 'PolicyWeights', stamp=stamp))
 
     def _publish_status(self) -> None:
         stats = self.replica.stats()

@@ -20,11 +20,13 @@ import re
 
 __all__ = ['TRANSITIONS', 'WEIGHTS', 'COMMITS', 'SHARD_STATUS', 'WORKER_STATUS',
            'TRAINING_STATS', 'METRICS_PREFIX', 'DIAGNOSTICS', 'POLICY_RUNNER_STATUS',
-           'weights_topic', 'commits_topic', 'metric_topic']
+           'KEYFRAMES', 'weights_topic', 'keyframe_topic', 'commits_topic', 'metric_topic']
 
 #: Relative: ``/<worker namespace>/transitions`` (TransitionBatch), one per worker.
 TRANSITIONS = 'transitions'
 WEIGHTS = '/weights/shard_{}'
+#: The keyframe (full packet) the newest packet on ``WEIGHTS`` is a delta on.
+KEYFRAMES = '/weights/shard_{}/keyframe'
 COMMITS = '/commits/shard_{}'
 SHARD_STATUS = '/parameter_server/status'
 WORKER_STATUS = '/workers/status'
@@ -38,6 +40,11 @@ _BAD = re.compile(r'[^A-Za-z0-9_/]')
 def weights_topic(shard_id: int) -> str:
     """Return the PolicyWeights topic of a shard."""
     return WEIGHTS.format(int(shard_id))
+
+
+def keyframe_topic(shard_id: int) -> str:
+    """Return the topic of a shard's keyframe (PolicyWeights, a full packet)."""
+    return KEYFRAMES.format(int(shard_id))
 
 
 def commits_topic(shard_id: int) -> str:

@@ -15,6 +15,7 @@
 """
 Policy weights from the learner to the workers: int8 codec, hash ring, parameter server.
 
-The learner commits accumulated updates, shard replicas serve versioned, CRC-checked packets,
-and each worker assembles its policy from the shards.
+The learner commits its policy state, shard replicas serve versioned, CRC-checked packets (a
+keyframe every few, deltas on it in between), and each worker assembles its policy from the
+shards.
 """

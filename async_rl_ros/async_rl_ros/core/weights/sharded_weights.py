@@ -13,175 +13,117 @@
 # limitations under the License.
 
 """
-The parameter server split over processes: learner commits, shard replicas, worker assembly.
+The one weight path from the learner to the workers: committer, shard replicas, assembler.
 
-:class:`~async_rl_ros.core.weights.parameter_server.ParameterServer` keeps every shard in one
-process. When each shard is its own process (a ROS 2 ``param_server`` node per shard) three
-transport-free roles remain, and this module holds them:
+Each shard is its own process (a ``LocalWeightPath`` shard process locally, a ROS 2
+``param_server`` node under ROS); what carries packets between them is the caller's business.
+Three transport-free roles:
 
-* :class:`ShardedCommitter` (learner): the delayed update of
-  :class:`~async_rl_ros.core.weights.parameter_server.CommitAccumulator`, applied to a
-  :class:`ParameterServer` *mirror* that is the routing table (which shard holds which
-  partition) and the authoritative copy a restarted shard re-syncs from. Every commit becomes
-  one :class:`ShardPacket` per shard: float32 deltas of the partitions that shard holds.
-* :class:`ShardReplica` (one shard): applies the commits addressed to it -- a full commit
-  (re)initializes it, a delta commit must name its current version -- and serves its
-  partitions as a full int8 :class:`~async_rl_ros.core.weights.codec.WeightPacket`.
+* :class:`ShardedCommitter` (learner): every commit takes the learner's :class:`PolicyState`
+  and returns one :class:`ShardPacket` per shard with the float32 change of the partitions
+  that shard holds (:func:`~async_rl_ros.core.weights.parameter_server.placement`). It keeps
+  the values the shards hold, so :meth:`ShardedCommitter.full` re-syncs a (re)started shard.
+* :class:`ShardReplica` (one shard): applies its commits -- a full commit (re)initializes it,
+  a delta commit must name its current version -- and serves int8
+  :class:`~async_rl_ros.core.weights.codec.WeightPacket` s: a keyframe (full packet) every
+  ``codec.full_every`` packets and, in between, deltas on that keyframe (``codec.delta``).
+  :meth:`ShardReplica.keyframe` is the full packet the latest one is based on, which a worker
+  that lacks it (late join, respawn, missed packets) fetches once.
 * :class:`ShardAssembler` (worker): verifies each shard's packets with a
-  :class:`~async_rl_ros.core.weights.codec.WeightDecoder` and, once shards at one version together
-  hold every partition, rebuilds the policy state a worker loads.
+  :class:`~async_rl_ros.core.weights.codec.WeightDecoder` and, once shards at one version
+  together hold every partition, rebuilds the :class:`PolicyState`.
 
-A :class:`ShardPacket` carries exactly the fields of the ``WeightsCommit`` and
-``PolicyWeights`` messages. A partition of a tensor with two or more dimensions that starts
-and ends on row boundaries travels as rows (``(rows, row length)``), so per-channel
-quantization keeps one scale per output row; other partitions travel flat.
+What travels between them is a :class:`~async_rl_ros.core.weights.shard_packet.ShardPacket`
+(re-exported here), whose CRC covers the shard fields and the layout too.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
 from async_rl_ros.core.config import ParameterServerConfig
 from async_rl_ros.core.records import PolicyState, PolicyStateError
-from async_rl_ros.core.weights.codec import (CodecConfig, CodecError, ENCODING_FP32,
-                                             QuantizedTensor, WeightDecoder, WeightEncoder,
-                                             WeightPacket)
-from async_rl_ros.core.weights.parameter_server import (CommitAccumulator, ParameterServer,
-                                                        ParameterShard, Partition,
-                                                        partition_layout)
+from async_rl_ros.core.weights.codec import (CodecConfig, CodecError, WeightDecoder,
+                                             WeightEncoder, WeightPacket)
+from async_rl_ros.core.weights.parameter_server import Partition, partition_layout, placement
+from async_rl_ros.core.weights.shard_packet import (chunk_shape, fp32_tensor, shard_name,
+                                                    ShardPacket)
 import numpy as np
-import torch
 
 __all__ = ['ShardPacket', 'ShardedCommitter', 'ShardReplica', 'ShardAssembler', 'shard_name',
            'chunk_shape']
 
 
-def shard_name(index: int) -> str:
-    """Return the ring id of shard ``index`` (``shard_0``, ``shard_1``, ...)."""
-    return f'shard_{int(index)}'
-
-
-def chunk_shape(part: Partition, tensor_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """
-    Return the shape a partition travels in: whole rows when it is row-aligned, else flat.
-
-    :param part: the partition.
-    :param tensor_shape: the shape of its tensor.
-    :returns: ``(rows, row length)`` or ``(size,)``.
-    """
-    if len(tensor_shape) >= 2:
-        row = math.prod(tensor_shape[1:])
-        if row and part.start % row == 0 and part.size % row == 0:
-            return (part.size // row, row)
-    return (part.size,)
-
-
-@dataclasses.dataclass
-class ShardPacket:
-    """
-    What travels between the learner, a shard and the workers for one shard.
-
-    :param shard_id: index of the shard (0 .. ``num_shards`` - 1).
-    :param num_shards: shards in the cluster.
-    :param chunk_size: floats per partition.
-    :param layout: every tensor of the model, ``{name: shape}``.
-    :param packet: version, base version (-1: values), the partitions as tensors named by
-        partition key, the normalizer statistics as extras, and the CRC.
-    """
-
-    shard_id: int
-    num_shards: int
-    chunk_size: int
-    layout: dict[str, tuple[int, ...]]
-    packet: WeightPacket
-
-    def partitions(self) -> dict[str, Partition]:
-        """
-        Return the partitions of the layout by key.
-
-        :raises CodecError: ``'shape'`` if the layout or the chunk size is unusable.
-        """
-        try:
-            return {p.key: p for p in partition_layout(self.layout, self.chunk_size)}
-        except (ValueError, TypeError) as exc:
-            raise CodecError('shape', f'layout: {exc}') from None
-
-
-def _fp32(name: str, values: np.ndarray, shape: tuple[int, ...]) -> QuantizedTensor:
-    return QuantizedTensor(name, shape, ENCODING_FP32, np.zeros(0, np.float32),
-                           np.zeros(0, np.uint8),
-                           np.ascontiguousarray(values, dtype='<f4').tobytes())
-
-
 # ====================================================================== learner
 class ShardedCommitter:
     """
-    Learner side: delayed commits, split per shard.
+    Learner side: commits of the policy state, split per shard.
 
-    :param cfg: shards, replicas, ring, chunk size, ``commit_every``.
-    :param tensors: the actor's initial tensors (numpy or torch).
-    :param version: their version.
+    :param cfg: shards, replicas, ring, chunk size.
+    :param initial: the policy state the shards start from (version included).
     """
 
-    def __init__(self, cfg: ParameterServerConfig, tensors: Mapping[str, Any], version: int = 0):
+    def __init__(self, cfg: ParameterServerConfig, initial: PolicyState):
         self.cfg = cfg
-        arrays = {k: _numpy(v) for k, v in tensors.items()}
-        self.server = ParameterServer(cfg, [shard_name(i) for i in range(cfg.num_shards)])
-        self.server.initialize(arrays, version=version)
-        self.accumulator = CommitAccumulator(cfg.commit_every, arrays)
-        self.layout = {k: tuple(v.shape) for k, v in arrays.items()}
-        self._parts = {p.key: p for p in self.server.layout}
-        assignment = self.server.assignment()
-        self._held = {i: [p for p in self.server.layout if shard_name(i) in assignment[p.key]]
+        initial.check()
+        self._values = {k: v.copy() for k, v in initial.tensors().items()}
+        self.layout = {k: tuple(v.shape) for k, v in self._values.items()}
+        self.parts = partition_layout(self.layout, cfg.chunk_size)
+        self.placement = placement(self.parts, cfg)
+        self._held = {i: [p for p in self.parts if i in self.placement[p.key]]
                       for i in range(cfg.num_shards)}
-
-    @property
-    def version(self) -> int:
-        """Return the cluster version, that of the last commit."""
-        return int(self.server.version)
+        self.version = int(initial.version)
+        self.extras = initial.extras()
+        self.commits = 0
+        self.refused = 0  # states a worker could not act with: never committed
 
     def partitions_of(self, shard_id: int) -> list[str]:
         """Return the keys of the partitions shard ``shard_id`` holds, in layout order."""
         return [p.key for p in self._held[int(shard_id)]]
 
-    def commit(self, tensors: Mapping[str, Any], extras: Mapping[str, Any]
-               ) -> list[ShardPacket] | None:
+    def commit(self, state: PolicyState) -> list[ShardPacket] | None:
         """
         Commit the change since the last commit; return one delta packet per shard.
 
-        :param tensors: the actor's current tensors.
-        :param extras: normalizer statistics sent along.
-        :returns: ``None`` when nothing changed, else the packets of every shard.
+        :param state: the learner's current policy state (its version is ignored: the
+            commit's version is :attr:`version` + 1).
+        :returns: ``None`` when nothing changed or the state is unusable (non-finite weights,
+            bad normalizer statistics: counted in :attr:`refused`), else every shard's packet.
         """
-        delta = self.accumulator.flush({k: _numpy(v) for k, v in tensors.items()})
-        if delta is None:
+        try:
+            state.check()
+        except PolicyStateError:
+            self.refused += 1
             return None
-        base = self.version
-        version = self.server.commit(delta, base)
-        flat = {k: v.reshape(-1) for k, v in delta.items()}
-        return [self._packet(i, base, version, flat, extras) for i in range(self.cfg.num_shards)]
+        tensors, extras = state.tensors(), state.extras()
+        if set(tensors) != set(self._values) or any(
+                v.shape != self._values[k].shape for k, v in tensors.items()):
+            raise ValueError('the actor layout changed; start a new committer')
+        delta = {k: np.asarray(v - self._values[k], np.float32).reshape(-1)
+                 for k, v in tensors.items()}
+        same_extras = all(np.array_equal(extras[k], self.extras[k]) for k in extras)
+        if same_extras and not any(d.any() for d in delta.values()):
+            return None
+        for key, value in delta.items():  # the shards' float32 operation, bit for bit
+            self._values[key] += value.reshape(self._values[key].shape)
+        base, self.version, self.extras = self.version, self.version + 1, extras
+        self.commits += 1
+        return [self._packet(i, base, delta) for i in range(self.cfg.num_shards)]
 
-    def full(self, shard_id: int, extras: Mapping[str, Any]) -> ShardPacket:
-        """
-        Return the values of a shard's partitions at the current version (a re-sync).
+    def full(self, shard_id: int) -> ShardPacket:
+        """Return the values of a shard's partitions at :attr:`version` (a re-sync)."""
+        flat = {k: v.reshape(-1) for k, v in self._values.items()}
+        return self._packet(int(shard_id), -1, flat)
 
-        :param shard_id: the shard to (re)initialize.
-        :param extras: normalizer statistics sent along.
-        """
-        _, actor = self.server.read()
-        flat = {k: np.asarray(v, np.float32).reshape(-1) for k, v in actor.items()}
-        return self._packet(int(shard_id), -1, self.version, flat, extras)
-
-    def _packet(self, shard_id: int, base: int, version: int, flat: Mapping[str, np.ndarray],
-                extras: Mapping[str, Any]) -> ShardPacket:
-        tensors = [_fp32(p.key, flat[p.tensor][p.start:p.stop],
-                         chunk_shape(p, self.layout[p.tensor])) for p in self._held[shard_id]]
-        packet = WeightPacket(version, base, tensors, dict(extras)).seal()
+    def _packet(self, shard_id: int, base: int, flat: Mapping[str, np.ndarray]) -> ShardPacket:
+        tensors = [fp32_tensor(p.key, flat[p.tensor][p.start:p.stop],
+                               chunk_shape(p, self.layout[p.tensor]))
+                   for p in self._held[shard_id]]
+        packet = WeightPacket(self.version, base, tensors, dict(self.extras))
         return ShardPacket(shard_id, self.cfg.num_shards, self.cfg.chunk_size,
-                           dict(self.layout), packet)
+                           dict(self.layout), packet).seal()
 
 
 # ====================================================================== shard
@@ -191,31 +133,33 @@ class ShardReplica:
 
     :param shard_id: index of this shard.
     :param num_shards: shards in the cluster.
-    :param codec_cfg: weight codec (packets served are always full ones).
+    :param codec_cfg: weight codec of the packets served (deltas as ``codec.delta`` says).
     """
 
     def __init__(self, shard_id: int, num_shards: int, codec_cfg: CodecConfig | None = None):
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
-        self.shard = ParameterShard(shard_name(shard_id))
-        self.codec_cfg = dataclasses.replace(codec_cfg or CodecConfig(), delta=False)
-        self.encoder = WeightEncoder(self.codec_cfg)
+        self.encoder = WeightEncoder(codec_cfg or CodecConfig())
         self.version = -1
         self.layout: dict[str, tuple[int, ...]] = {}
         self.chunk_size = 0
         self.extras: dict[str, np.ndarray] = {}
         self.applied = 0
         self.rejected: collections.Counter[str] = collections.Counter()
-        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._values: dict[str, np.ndarray] = {}
         self._served: ShardPacket | None = None
+        self._keyframe: ShardPacket | None = None
 
-    def apply(self, commit: ShardPacket) -> None:
+    def apply(self, commit: ShardPacket, serve: bool = True) -> None:
         """
         Apply a commit addressed to this shard; a bad one is counted and changes nothing.
 
-        :param commit: a full commit (``base_version == -1``) or a delta on :attr:`version`.
-        :raises CodecError: ``'format'`` (another shard's, or partitions this shard does not
-            hold), ``'crc'``, ``'version'``, ``'base_version'`` (the shard must be re-synced
-            with a full commit), ``'shape'`` or ``'encoding'``.
+        :param commit: a full commit (``base_version == -1``; at :attr:`version` too: a re-sync
+            of a shard that refused a commit) or a delta on :attr:`version`.
+        :param serve: encode the packet to serve now (a caller draining a backlog of commits
+            serves only after the last one).
+        :raises CodecError: ``'crc'``, ``'format'`` (another shard's), ``'version'``,
+            ``'base_version'`` (the shard must be re-synced with a full commit), ``'shape'``
+            or ``'encoding'``.
         """
         try:
             self._apply(commit)
@@ -223,15 +167,17 @@ class ShardReplica:
             self.rejected[exc.reason] += 1
             raise
         self.applied += 1
+        if serve:
+            self.serve()
 
     def _apply(self, commit: ShardPacket) -> None:
+        commit.verify()
         packet = commit.packet
         if (commit.shard_id, commit.num_shards) != (self.shard_id, self.num_shards):
             raise CodecError('format', f'commit for shard {commit.shard_id}/{commit.num_shards}'
                              f', this is {self.shard_id}/{self.num_shards}')
-        if packet.compute_crc() != packet.crc32:
-            raise CodecError('crc', 'commit crc32 mismatch')
-        if packet.version <= self.version:
+        stale = packet.version < self.version
+        if stale or (packet.version == self.version and packet.is_delta):
             raise CodecError('version', f'version {packet.version} is not newer than '
                              f'{self.version}')
         parts = commit.partitions()
@@ -240,40 +186,51 @@ class ShardReplica:
             part = parts.get(t.name)
             if part is None or t.numel != part.size:
                 raise CodecError('shape', f'{t.name} is not a partition of the layout')
-            values[t.name] = t.values().reshape(-1)
+            values[t.name] = t.values()
         if not packet.is_delta:
-            self.shard.clear()
-            for key, flat in values.items():
-                self.shard.load(parts[key], flat, packet.version)
+            if commit.layout != self.layout:
+                self.encoder = WeightEncoder(self.encoder.cfg)  # a new architecture
+                self._served = None
+            if packet.version > self.version:
+                self.encoder.request_full()  # a re-sync starts a new keyframe
+            self._values = {k: v.copy() for k, v in values.items()}
             self.layout, self.chunk_size = dict(commit.layout), commit.chunk_size
-            self._shapes = {k: tuple(t.shape) for k, t in zip(values, packet.tensors)}
         else:
             if self.version < 0 or packet.base_version != self.version:
                 raise CodecError('base_version', f'delta on version {packet.base_version}, '
                                  f'the shard is at {self.version}')
-            if set(values) != set(self.shard.keys) or commit.layout != self.layout:
+            if (set(values) != set(self._values) or commit.layout != self.layout
+                    or any(v.shape != self._values[k].shape for k, v in values.items())):
                 raise CodecError('shape', 'the delta does not cover the partitions held')
-            for key, flat in values.items():
-                self.shard.apply(key, flat, packet.version)
+            for key, value in values.items():
+                self._values[key] += value
         self.version = int(packet.version)
         self.extras = dict(packet.extras)
 
-    def weights(self) -> ShardPacket | None:
-        """Return the held partitions as a full int8 packet (``None`` before the first commit)."""
+    def serve(self) -> ShardPacket | None:
+        """Encode the current state for serving, a keyframe or a delta on one; return it."""
         if self.version < 0:
             return None
-        if self._served is not None and self._served.packet.version == self.version:
-            return self._served
-        held = self.shard.read()
-        tensors = {key: values.reshape(self._shapes[key]) for key, (values, _) in held.items()}
-        packet = self.encoder.encode_full(tensors, self.version, self.extras)
-        self._served = ShardPacket(self.shard_id, self.num_shards, self.chunk_size,
-                                   dict(self.layout), packet)
+        if self._served is None or self._served.packet.version != self.version:
+            packet = self.encoder.encode(self._values, self.version, self.extras)
+            self._served = ShardPacket(self.shard_id, self.num_shards, self.chunk_size,
+                                       dict(self.layout), packet).seal()
+            if not packet.is_delta:
+                self._keyframe = self._served
         return self._served
+
+    def weights(self) -> ShardPacket | None:
+        """Return the latest packet served (``None`` before the first commit)."""
+        return self.serve()
+
+    def keyframe(self) -> ShardPacket | None:
+        """Return the full packet the latest served packet is based on (or is)."""
+        self.serve()
+        return self._keyframe
 
     def stats(self) -> dict[str, int]:
         """Return ``version``, ``partitions``, ``applied`` and ``rejected``."""
-        return {'version': self.version, 'partitions': len(self.shard),
+        return {'version': self.version, 'partitions': len(self._values),
                 'applied': self.applied, 'rejected': sum(self.rejected.values())}
 
 
@@ -282,16 +239,18 @@ class ShardAssembler:
     """
     Worker side: verify shard packets, rebuild the policy once every partition is there.
 
-    Each shard has its own :class:`WeightDecoder` (CRC, monotonic versions, shapes). The
-    policy of version ``v`` is assembled as soon as shards at ``v`` together hold every
+    Each shard has its own :class:`WeightDecoder` (CRC, monotonic versions, shapes, keyframe).
+    The policy of version ``v`` is assembled as soon as shards at ``v`` together hold every
     partition of the layout (with replicas, not every shard is needed).
+
+    :param obs_dim: the observation width the policy must take (not checked when ``None``).
     """
 
-    def __init__(self):
+    def __init__(self, obs_dim: int | None = None):
+        self.obs_dim = obs_dim
         self.decoders: dict[int, WeightDecoder] = {}
         self.version = -1
         self.rejected: collections.Counter[str] = collections.Counter()
-        self._held: dict[int, tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
         self._layout: dict[str, tuple[int, ...]] = {}
         self._chunk = 0
 
@@ -306,47 +265,82 @@ class ShardAssembler:
         decoded = sum(sum(d.rejected.values()) for d in self.decoders.values())
         return decoded + sum(self.rejected.values())
 
+    def lacks_base(self, sp: ShardPacket) -> bool:
+        """Return whether ``sp`` is a delta on a keyframe this worker does not hold."""
+        decoder = self.decoders.get(int(sp.shard_id))
+        if decoder is None or (sp.layout, sp.chunk_size) != (self._layout, self._chunk):
+            return sp.packet.is_delta
+        return decoder.lacks_base(sp.packet)
+
+    def add_latest(self, sp: ShardPacket, keyframe: ShardPacket | None = None
+                   ) -> PolicyState | None:
+        """
+        Add a shard's latest packet, after its keyframe when this worker lacks that base.
+
+        :param sp: the newest packet of a shard (a keyframe or a delta on one).
+        :param keyframe: the shard's current keyframe, if the transport has it.
+        :returns: like :meth:`add` (the keyframe's state if only it completes a policy).
+        :raises CodecError: the latest packet is rejected (and counted).
+        """
+        state = None
+        if keyframe is not None and self.lacks_base(sp):
+            try:
+                state = self.add(keyframe)
+            except CodecError:
+                pass  # counted; the latest packet is then rejected for its base too
+        try:
+            return self.add(sp) or state
+        except CodecError:
+            if state is None:
+                raise
+            return state
+
     def add(self, sp: ShardPacket) -> PolicyState | None:
         """
         Verify and store one shard packet; return a new policy state when one is complete.
 
         :param sp: a shard's weights.
         :returns: the :class:`PolicyState` of a version newer than the last one returned, or
-            ``None`` (incomplete, or a packet of a version already assembled: ignored).
-        :raises CodecError: the packet is rejected (and counted); the state is unchanged.
+            ``None`` (incomplete, or a packet the shard's decoder already has: ignored).
+        :raises CodecError: the packet is rejected (and counted); nothing changed.
         """
-        parts = sp.partitions()
-        if (sp.layout, sp.chunk_size) != (self._layout, self._chunk):
-            if self._held:  # a new architecture: forget every shard's old packets
-                for decoder in self.decoders.values():
-                    decoder.reset()
-                self._held.clear()
-                self.version = -1
+        try:
+            sp.verify()  # the shard fields too, before anything is reset
+            parts = sp.partitions()
+            for t in sp.packet.tensors:
+                part = parts.get(t.name)
+                if part is None or t.numel != part.size:
+                    raise CodecError('shape', f'{t.name} is not a partition of the layout')
+        except CodecError as exc:
+            self.rejected[exc.reason] += 1
+            raise
+        new_layout = (sp.layout, sp.chunk_size) != (self._layout, self._chunk)
+        decoders = {} if new_layout else self.decoders  # a new architecture: start afresh
+        decoder = decoders.get(int(sp.shard_id)) or WeightDecoder()
+        if decoder.is_stale(sp.packet):
+            return None  # a packet (or a replica's copy) this shard's decoder already has
+        try:
+            decoder.apply(sp.packet, sp.context())
+        except CodecError as exc:
+            if decoders.get(int(sp.shard_id)) is not decoder:
+                self.rejected[exc.reason] += 1  # (a held decoder counts its own)
+            raise
+        if new_layout:
+            self.decoders, self.version = decoders, -1
             self._layout, self._chunk = dict(sp.layout), int(sp.chunk_size)
-        decoder = self.decoders.setdefault(int(sp.shard_id), WeightDecoder())
-        for t in sp.packet.tensors:
-            part = parts.get(t.name)
-            if part is None or t.numel != part.size:
-                self.rejected['shape'] += 1
-                raise CodecError('shape', f'{t.name} is not a partition of the layout')
-        if sp.packet.version <= self.version:
-            return None  # a replica of a version already assembled (or an older one)
-        tensors = decoder.apply(sp.packet)
-        self._held[int(sp.shard_id)] = (
-            int(sp.packet.version), {k: v.reshape(-1) for k, v in tensors.items()},
-            decoder.extras)
+        self.decoders[int(sp.shard_id)] = decoder
         return self._assemble(parts)
 
     def _assemble(self, parts: Mapping[str, Partition]) -> PolicyState | None:
-        newest = max(version for version, _, _ in self._held.values())
+        newest = max(d.version for d in self.decoders.values())
         if newest <= self.version:
             return None
         chunks: dict[str, np.ndarray] = {}
         extras: dict[str, np.ndarray] = {}
-        for version, held, shard_extras in self._held.values():
-            if version == newest:
-                chunks.update(held)
-                extras = shard_extras
+        for decoder in self.decoders.values():
+            if decoder.version == newest:
+                chunks.update((k, v.reshape(-1)) for k, v in decoder.tensors.items())
+                extras = decoder.extras
         if set(chunks) != set(parts):
             return None
         actor = {}
@@ -357,15 +351,9 @@ class ShardAssembler:
                     flat[part.start:part.stop] = chunks[part.key]
             actor[name] = flat.reshape(shape)
         try:
-            state = PolicyState.from_parts(actor, extras, newest)
+            state = PolicyState.from_parts(actor, extras, newest, self.obs_dim)
         except PolicyStateError as exc:
             self.rejected['extras'] += 1
             raise CodecError('extras', str(exc)) from None
         self.version = newest
         return state
-
-
-def _numpy(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value, dtype=np.float32)

@@ -1,0 +1,359 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The weight path without ROS: one process per parameter-server shard, shared-memory boards.
+
+The same committer, shard replicas and assembler as under ROS
+(:mod:`async_rl_ros.core.weights.sharded_weights`), carried by multiprocessing instead of
+topics::
+
+    learner process: LocalWeightPath.publish(state) -> ShardedCommitter.commit
+        --(one queue per shard: float32 commits)--> shard process i: ShardReplica.apply
+        --> board i: the latest packet (a keyframe or a delta on it) and its keyframe
+    worker process: LocalWeightReceiver.poll() reads the newest boards, fetches a keyframe
+        it lacks, assembles the policy with a ShardAssembler
+
+A board is a latest-value channel (:class:`~async_rl_ros.local.weight_board.WeightBoard`): a
+worker may miss packets, and since every delta is based on the last keyframe, it applies the
+next one all the same. A worker that lacks the keyframe (it joined late, or its shard was
+respawned) reads it once from the shard's keyframe board. The learner creates the boards, so
+they outlive a shard process that dies: workers go on assembling from the replicas, and
+:meth:`LocalWeightPath.maintain` respawns the shard and re-syncs it with a full commit. A
+shard process watches its parent and exits when the parent is gone (no orphans).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import signal
+from typing import Any
+
+from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
+from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
+                                                       ShardPacket, ShardReplica)
+from async_rl_ros.local.weight_board import WeightBoard
+
+__all__ = ['LocalWeightPath', 'LocalWeightReceiver']
+
+# Slots of a shard's status array (written by the shard process, read by the learner).
+_VERSION, _APPLIED, _REJECTED, _NEEDS_FULL = range(4)
+_POLL_S = 0.2  # how often an idle shard process checks on its parent
+
+
+def _shard_main(shard_id: int, num_shards: int, codec_cfg: CodecConfig, commits: Any,
+                boards: tuple[str, str], status: Any) -> None:
+    """Run one shard: apply the learner's commits, put the packets on the shard's boards."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner stops us (or its death does)
+    parent = mp.parent_process()
+    replica = ShardReplica(shard_id, num_shards, codec_cfg)
+    latest, keyframe = WeightBoard(boards[0]), WeightBoard(boards[1])
+    written_key = written = None
+    try:
+        while parent is None or parent.is_alive():
+            try:
+                backlog = [commits.get(timeout=_POLL_S)]
+            except queue.Empty:
+                continue
+            while True:  # apply every queued commit, serve only the newest state
+                try:
+                    backlog.append(commits.get_nowait())
+                except queue.Empty:
+                    break
+            for data in backlog:
+                if data is None:
+                    return
+                try:
+                    replica.apply(ShardPacket.from_bytes(data), serve=False)
+                except CodecError as exc:
+                    status[_REJECTED] += 1
+                    if exc.reason in ('base_version', 'version') or replica.version < 0:
+                        status[_NEEDS_FULL] = 1
+                else:
+                    status[_APPLIED] += 1
+            served = replica.serve()
+            if served is None or served is written:
+                continue
+            key = replica.keyframe()
+            if key is not written_key:  # the keyframe first: a reader may need it at once
+                keyframe.publish(key.to_bytes(), key.packet.version)
+                written_key = key
+            latest.publish(served.to_bytes(), served.packet.version)
+            written = served
+            status[_VERSION] = replica.version
+    finally:
+        latest.close()
+        keyframe.close()
+
+
+class LocalWeightPath:
+    """
+    Learner side: the committer and one process per shard, each with its pair of boards.
+
+    Shard processes are daemonic children, so the object must live in a non-daemonic process
+    (the learner's main process).
+
+    :param ps_cfg: shards, replicas, ring, chunk size.
+    :param codec_cfg: codec of the packets the shards serve (``delta``, ``full_every``, ...).
+    :param initial: the policy state the shards start from.
+    :param capacity: bytes per board (default: twice the float32 actor, plus 64 KiB).
+    """
+
+    def __init__(self, ps_cfg: ParameterServerConfig, codec_cfg: CodecConfig,
+                 initial: PolicyState, capacity: int | None = None):
+        self.ps_cfg, self.codec_cfg = ps_cfg, codec_cfg
+        self.committer = ShardedCommitter(ps_cfg, initial)
+        if capacity is None:
+            capacity = 2 * sum(v.nbytes for v in initial.tensors().values()) + (1 << 16)
+        self._ctx = mp.get_context('spawn')
+        n = ps_cfg.num_shards
+        self.boards = [(WeightBoard(capacity=capacity), WeightBoard(capacity=capacity))
+                       for _ in range(n)]
+        self._status = [self._ctx.Array('q', 4, lock=False) for _ in range(n)]
+        self._queues: list[Any] = [None] * n
+        self._procs: list[Any] = [None] * n
+        self.respawns = 0
+        self.resyncs = 0
+        self.bytes_committed = 0
+        self._closed = False
+        for i in range(n):
+            self._start(i)
+
+    @property
+    def board_names(self) -> list[tuple[str, str]]:
+        """Return ``(latest, keyframe)`` board names per shard: what a receiver attaches to."""
+        return [(latest.name, key.name) for latest, key in self.boards]
+
+    @property
+    def version(self) -> int:
+        """Return the version of the last commit."""
+        return self.committer.version
+
+    def _start(self, shard_id: int) -> None:
+        self._queues[shard_id] = self._ctx.Queue()
+        self._status[shard_id][:] = [-1, 0, 0, 0]
+        process = self._ctx.Process(
+            target=_shard_main, name=f'weights_shard_{shard_id}', daemon=True,
+            args=(shard_id, self.ps_cfg.num_shards, self.codec_cfg, self._queues[shard_id],
+                  self.board_names[shard_id], self._status[shard_id]))
+        process.start()
+        self._procs[shard_id] = process
+        self._send(shard_id, self.committer.full(shard_id))
+
+    def _send(self, shard_id: int, packet: ShardPacket) -> None:
+        data = packet.to_bytes()
+        self.bytes_committed += len(data)
+        self._queues[shard_id].put(data)
+
+    def publish(self, state: PolicyState) -> int | None:
+        """
+        Commit the learner's policy state to every shard.
+
+        :param state: the actor and normalizer statistics to hand out.
+        :returns: the new version, or ``None`` when nothing changed or the state is unusable
+            (non-finite: the committer refuses it, workers keep the last good policy).
+        """
+        self.maintain()
+        packets = self.committer.commit(state)
+        if packets is None:
+            return None
+        for packet in packets:
+            self._send(packet.shard_id, packet)
+        return self.committer.version
+
+    def maintain(self) -> list[int]:
+        """
+        Respawn dead shard processes and re-sync the shards that asked for a full commit.
+
+        :returns: the shards respawned.
+        """
+        respawned = []
+        for i, process in enumerate(self._procs):
+            if not process.is_alive():
+                process.join(0)
+                self._queues[i].cancel_join_thread()
+                self._queues[i].close()
+                self._start(i)
+                self.respawns += 1
+                respawned.append(i)
+            elif self._status[i][_NEEDS_FULL]:
+                self._status[i][_NEEDS_FULL] = 0
+                self._send(i, self.committer.full(i))
+                self.resyncs += 1
+        return respawned
+
+    def alive(self) -> list[bool]:
+        """Return whether each shard process is running."""
+        return [p.is_alive() for p in self._procs]
+
+    def pids(self) -> list[int]:
+        """Return the shard processes' ids."""
+        return [p.pid for p in self._procs]
+
+    def stats(self) -> dict[str, float]:
+        """Return the learner-side counters and every shard's version, as metrics."""
+        out = {'weights/version': self.committer.version,
+               'weights/commits': self.committer.commits,
+               'weights/refused': self.committer.refused,
+               'weights/shard_respawns': self.respawns, 'weights/shard_resyncs': self.resyncs,
+               'weights/bytes_committed': self.bytes_committed}
+        for i, status in enumerate(self._status):
+            out[f'weights/shard_{i}_version'] = status[_VERSION]
+            out[f'weights/shard_{i}_rejected'] = status[_REJECTED]
+        return out
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the shard processes and remove the boards."""
+        if self._closed:
+            return
+        self._closed = True
+        for i, process in enumerate(self._procs):
+            if process.is_alive():
+                self._queues[i].put(None)
+        for i, process in enumerate(self._procs):
+            process.join(timeout)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            self._queues[i].cancel_join_thread()
+            self._queues[i].close()
+        for latest, key in self.boards:
+            latest.close()
+            key.close()
+
+    def __enter__(self) -> 'LocalWeightPath':
+        """Return the path itself."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Close the path."""
+        self.close()
+
+
+class LocalWeightReceiver:
+    """
+    Worker side: poll every shard's boards and assemble the policy.
+
+    Pickles as the board names (a spawned worker re-attaches). Each :meth:`poll` reads the
+    boards newest version first and stops as soon as a policy is assembled, so with replicas a
+    worker usually reads one shard's packet per version. A shard whose keyframe the worker
+    holds counts as one version newer than it is: a keyframe costs about as much as two
+    deltas, so the worker rather waits one poll for its shard than fetch another's keyframe.
+    A shard that stops serving (its process died) falls behind and the replicas' boards are
+    read instead.
+
+    :param board_names: :attr:`LocalWeightPath.board_names`.
+    :param obs_dim: the observation width the policy must take (not checked when ``None``).
+    """
+
+    def __init__(self, board_names: list[tuple[str, str]], obs_dim: int | None = None):
+        self.board_names = [tuple(pair) for pair in board_names]
+        self.obs_dim = obs_dim
+        self.boards = [(WeightBoard(latest), WeightBoard(key)) for latest, key in self.board_names]
+        self.assembler = ShardAssembler(obs_dim)
+        self.bytes_received = 0
+        self.bytes_delta = 0  # of bytes_received, in delta packets
+        self.full_packets = 0
+        self.delta_packets = 0
+        self.resyncs = 0  # keyframes fetched because a delta's base was missing
+        self.unreadable = 0  # board contents that did not parse (counted as rejected)
+
+    def __reduce__(self):
+        """Pickle as the board names."""
+        return (LocalWeightReceiver, (self.board_names, self.obs_dim))
+
+    @property
+    def version(self) -> int:
+        """Return the version of the last policy assembled (-1: none yet)."""
+        return self.assembler.version
+
+    @property
+    def accepted(self) -> int:
+        """Return the shard packets accepted."""
+        return self.assembler.accepted
+
+    @property
+    def rejected(self) -> int:
+        """Return the shard packets rejected: CRC, versions, shapes, extras, unparsable."""
+        return self.assembler.rejected_total + self.unreadable
+
+    def poll(self) -> PolicyState | None:
+        """
+        Return the newest policy if one newer than the last returned is complete, else ``None``.
+
+        Bad packets are counted and skipped: the caller keeps acting with its last policy.
+        """
+        known = self.assembler.decoders
+        versions = [latest.version + (i in known) for i, (latest, _) in enumerate(self.boards)]
+        order = sorted(range(len(self.boards)), key=lambda i: (-versions[i], i not in known, i))
+        fallback = None
+        for i in order:
+            latest, key = self.boards[i]
+            if latest.version <= self.assembler.version:
+                continue  # nothing newer than the policy on this board
+            got = latest.poll()
+            packet = None if got is None else self._parse(got[1])
+            if packet is None:
+                continue
+            if self.assembler.lacks_base(packet):
+                base = key.read()
+                if base is None:
+                    continue
+                self.resyncs += 1
+                fallback = self._add(self._parse(base[1])) or fallback
+            state = self._add(packet)
+            if state is not None:
+                return state
+        return fallback
+
+    def _parse(self, data: bytes | None) -> ShardPacket | None:
+        if data is None:
+            return None
+        try:
+            packet = ShardPacket.from_bytes(data)
+        except CodecError:
+            self.unreadable += 1
+            return None
+        self.bytes_received += len(data)
+        if packet.packet.is_delta:
+            self.delta_packets += 1
+            self.bytes_delta += len(data)
+        else:
+            self.full_packets += 1
+        return packet
+
+    def _add(self, packet: ShardPacket | None) -> PolicyState | None:
+        if packet is None:
+            return None
+        try:
+            return self.assembler.add(packet)
+        except CodecError:
+            return None  # counted by the assembler
+
+    def stats(self) -> dict[str, int]:
+        """Return the counters as metrics."""
+        return {'weights/version': self.version, 'weights/accepted': self.accepted,
+                'weights/rejected': self.rejected, 'weights/bytes_received': self.bytes_received,
+                'weights/bytes_delta': self.bytes_delta,
+                'weights/full_packets': self.full_packets,
+                'weights/delta_packets': self.delta_packets, 'weights/resyncs': self.resyncs}
+
+    def close(self) -> None:
+        """Detach from the boards."""
+        for latest, key in self.boards:
+            latest.close()
+            key.close()
