@@ -73,9 +73,9 @@ def small_packet_bytes() -> tuple[bytes, WeightDecoder]:
 def test_config_defaults_and_ranges():
     cfg = CodecConfig()
     cfg.validate()
-    assert (cfg.bits, cfg.per_channel, cfg.entropy_coding, cfg.delta, cfg.full_every) == \
-        (8, True, 'zlib', True, 50)
-    for key, bad in [('zlib_level', 0), ('entropy_coding', 'lzma'), ('bits', 4),
+    assert (cfg.per_channel, cfg.entropy_coding, cfg.delta, cfg.full_every) == \
+        (True, 'zlib', True, 10)
+    for key, bad in [('zlib_level', 0), ('entropy_coding', 'lzma'), ('bits', 8),
                      ('full_every', 0), ('delta_grid', 'fine')]:
         with pytest.raises(ConfigError):
             cfg.replace(**{key: bad})

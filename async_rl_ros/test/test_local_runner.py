@@ -75,6 +75,11 @@ def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
     assert max(versions) >= 1  # workers decoded the published packets and act with them
     metrics = transport.metrics()
     assert metrics['transport/rejected_packets'] == 0
+    # The weights reached the workers through the shard processes, mostly as deltas.
+    summary = transport.summary()
+    assert summary['weights_policies_received'] > 0
+    assert summary['weights_delta_packets'] > summary['weights_packets'] / 2
+    assert summary['weights_reduction'] > 0.5
     lags = run.loop.lag_percentiles()
     assert lags['charts/transition_lag_p50'] <= lags['charts/transition_lag_max']
     if mode == 'sync':
@@ -167,6 +172,8 @@ def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path)
             time.sleep(0.1)
         stats = transport.worker_stats[0]
         assert stats['restarts'] == 1 and stats['policy_version'] >= 1
+        # It joined in the middle of the deltas: it took the keyframe it lacked, then deltas.
+        assert stats['weights/full_packets'] >= 1 and stats['policies'] >= 1
     finally:
         stop.set()
         thread.join(timeout=60)

@@ -514,8 +514,6 @@ class CheckpointConfig(Section):
 class CodecConfig(Section):
     """Compression of the policy weights sent from the learner to the workers."""
 
-    bits: int = option(8, 'Bits per quantized weight (only 8 is implemented).', unit='bit',
-                       choices=(8,), read_only=True)
     quantize: bool = option(True, 'Quantize the weights to int8; when false they travel as '
                             'raw float32 (the uncompressed reference).', read_only=True)
     per_channel: bool = option(True, 'One scale and zero point per output row of every tensor '
@@ -526,14 +524,15 @@ class CodecConfig(Section):
                                  choices=('none', 'zlib'), read_only=True)
     zlib_level: int = option(6, 'zlib compression level (1: fastest, 9: smallest).',
                              low=1, high=9, read_only=True)
-    delta: bool = option(True, 'After a full packet send deltas from the previous packet, '
-                         'with error feedback.', read_only=True)
+    delta: bool = option(True, 'Between keyframes send int8 deltas on the last keyframe (a '
+                         'full packet): a worker that missed packets still applies the next '
+                         'one; when false every packet is full.', read_only=True)
     delta_grid: str = option('weight', 'Quantization step of a delta row: weight (at least the '
                              'step of a full int8 packet of the row: same error bound, far '
                              'fewer bytes) or delta (254 steps over the range of the delta).',
                              choices=('weight', 'delta'), read_only=True)
-    full_every: int = option(50, 'Every full_every-th packet is a full one, so that late '
-                             'joiners and lossy links resynchronize (1: always full).',
+    full_every: int = option(10, 'Every full_every-th packet is a keyframe, the base of the '
+                             'deltas that follow (1: always full).',
                              unit='packets', low=1, high=10**9, read_only=True)
 
 
@@ -623,8 +622,6 @@ class LocalRunnerConfig(Section):
                                    unit='transitions', low=1, high=65536)
     queue_batches: int = option(256, 'Messages the transition queue holds before workers drop '
                                 'batches (they never wait).', low=1, high=1_000_000)
-    board_bytes: int = option(8 << 20, 'Shared-memory size of the weights board.', unit='B',
-                              low=1 << 16, high=1 << 31)
     stats_interval_s: float = option(2.0, 'Seconds between metric reports.', unit='s',
                                      low=0.1, high=3600.0)
     parameter_server: ParameterServerConfig = dataclasses.field(

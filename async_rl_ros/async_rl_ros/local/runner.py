@@ -52,7 +52,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
-from async_rl_ros.local.weights import LocalWeightPath, LocalWeightReceiver
+from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 
 __all__ = ['LocalTransport', 'default_num_workers']
 
@@ -84,7 +84,8 @@ class _Shared:
     allowance: Any      # Value: transitions all workers may have queued
     beat: Any           # Value: the learner's heartbeat (its update count)
     version: Any        # Value: the learner's policy version
-    weights: Any        # the worker side of the weight path (picklable)
+    boards: list        # the weight path's shard boards (names) workers poll
+    obs_dim: int
     sync: bool
 
 
@@ -101,13 +102,14 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     torch.set_num_threads(1)
     built = build_worker(EnvWorkerConfig.from_flat(env_flat), worker_id, hidden, batch,
                          restarts)
-    receiver: LocalWeightReceiver = shared.weights.receiver()
-    state = {'round': shared.round.value, 'beat': -1}
+    receiver = LocalWeightReceiver(shared.boards, shared.obs_dim)
+    state = {'round': shared.round.value, 'beat': -1, 'policies': 0}
 
     def send(transitions: dict, episodes: list) -> bool:
         stats = {'worker_id': worker_id, 'steps': built.worker.steps,
                  'dropped': runtime.dropped, 'rejected': receiver.rejected,
-                 'policy_version': built.worker.policy.version, 'restarts': restarts}
+                 'policy_version': built.worker.policy.version, 'restarts': restarts,
+                 'policies': state['policies'], **receiver.stats()}
         try:
             shared.queue.put_nowait((transitions, episodes, stats))
         except queue.Full:
@@ -125,7 +127,12 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
             state['beat'] = beat
             runtime.learner_heard(shared.version.value, sum(shared.produced),
                                   shared.allowance.value)
-        return receiver.poll(on_reject=runtime.weights_rejected)
+        crc = _crc_rejections(receiver)
+        policy = receiver.poll()
+        if _crc_rejections(receiver) > crc:
+            runtime.weights_rejected('crc')  # a real arm holds still until good weights
+        state['policies'] += policy is not None
+        return policy
 
     runtime = WorkerRuntime(built, send, poll, log=_LOG)
 
@@ -140,6 +147,12 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     finally:
         receiver.close()
         built.env.close()
+
+
+def _crc_rejections(receiver: LocalWeightReceiver) -> int:
+    assembler = receiver.assembler
+    return assembler.rejected['crc'] + sum(d.rejected['crc']
+                                           for d in assembler.decoders.values())
 
 
 @dataclasses.dataclass
@@ -168,8 +181,8 @@ class LocalTransport:
                               'exactly 1 with backend ur5 (one worker drives one physical arm)')
         self.blocking = runner.mode == 'sync'
         self._ctx = mp.get_context('spawn')
-        self.weights = LocalWeightPath(runner.parameter_server, runner.codec, initial,
-                                       self._ctx)
+        self.weights = LocalWeightPath(runner.parameter_server, runner.codec, initial)
+        self.fp32_bytes = sum(v.nbytes for v in initial.tensors().values())
         self.shared = _Shared(
             queue=self._ctx.Queue(maxsize=runner.queue_batches),
             stop=self._ctx.Value('b', 0, lock=False),
@@ -178,7 +191,8 @@ class LocalTransport:
             allowance=self._ctx.Value('q', UNLIMITED, lock=False),
             beat=self._ctx.Value('q', 0, lock=False),
             version=self._ctx.Value('q', -1, lock=False),
-            weights=self.weights.worker_side(), sync=self.blocking)
+            boards=self.weights.board_names, obs_dim=int(initial.obs_mean.shape[0]),
+            sync=self.blocking)
         self.buffer = DoubleBuffer(self._preprocess)
         self.workers: dict[int, _WorkerHandle] = {}
         self.worker_stats: dict[int, dict[str, float]] = {}
@@ -324,7 +338,7 @@ class LocalTransport:
                'transport/respawns': float(self.respawns),
                'transport/rate_limited': float(sum(self.shared.produced)
                                                >= self.shared.allowance.value)}
-        out.update({f'weights/{k}': float(v) for k, v in self.weights.stats().items()})
+        out.update({k: float(v) for k, v in self.weights.stats().items()})
         out.update(self.worker_rates())
         return out
 
@@ -336,5 +350,18 @@ class LocalTransport:
             'dropped_batches': int(metrics['transport/dropped_batches']),
             'rejected_packets': int(metrics['transport/rejected_packets']),
             'respawns': self.respawns}
-        out.update(self.weights.summary())
+        received = [s for s in self.worker_stats.values() if s.get('policies')]
+        policies = sum(s['policies'] for s in received)
+        nbytes = sum(s['weights/bytes_received'] for s in received)
+        packets = sum(s['weights/full_packets'] + s['weights/delta_packets'] for s in received)
+        out.update({
+            'weights_policies_received': policies,
+            'weights_packets': packets,
+            'weights_delta_packets': sum(s['weights/delta_packets'] for s in received),
+            'weights_resyncs': sum(s['weights/resyncs'] for s in received),
+            'weights_bytes_mean': nbytes / policies if policies else None,
+            'weights_fp32_bytes': self.fp32_bytes,
+            # what a worker received per policy it assembled, against the fp32 actor
+            'weights_reduction': 1.0 - nbytes / policies / self.fp32_bytes if policies else None,
+            'shard_respawns': self.weights.respawns})
         return out

@@ -76,6 +76,7 @@ class EnvWorkerNode(LifecycleNode):
         self.assembler = ShardAssembler()
         self.rejected: collections.Counter[str] = collections.Counter()
         self._pending: dict[int, PolicyWeights] = {}
+        self._keyframes: dict[int, PolicyWeights] = {}
         self._pending_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._label = 'unconfigured'
@@ -103,6 +104,8 @@ class EnvWorkerNode(LifecycleNode):
         for shard in range(self.transport.parameter_server.num_shards):
             self._entities.append(self.create_subscription(
                 PolicyWeights, topics.weights_topic(shard), self._on_weights, qos.WEIGHTS))
+            self._entities.append(self.create_subscription(
+                PolicyWeights, topics.keyframe_topic(shard), self._on_keyframe, qos.WEIGHTS))
         # Learner stats pace a simulated worker and are the heartbeat of a real arm's gate.
         self._entities.append(self.create_subscription(
             TrainingStats, topics.TRAINING_STATS, self._on_stats, qos.METRICS))
@@ -183,6 +186,10 @@ class EnvWorkerNode(LifecycleNode):
         with self._pending_lock:  # only store: the stepping thread decodes
             self._pending[int(msg.shard_id)] = msg
 
+    def _on_keyframe(self, msg: PolicyWeights) -> None:
+        with self._pending_lock:  # the base of a shard's deltas, for a worker that lacks it
+            self._keyframes[int(msg.shard_id)] = msg
+
     def _on_stats(self, msg: TrainingStats) -> None:
         runtime = self.runtime  # only record: the stepping thread / gate decide
         if runtime is not None:
@@ -193,10 +200,14 @@ class EnvWorkerNode(LifecycleNode):
         """Verify the stored shard messages, return a new policy state (stepping thread)."""
         with self._pending_lock:
             pending, self._pending = self._pending, {}
+            keyframes = dict(self._keyframes)
         newest = None
-        for msg in pending.values():
+        for shard_id, msg in pending.items():
             try:
-                state = self.assembler.add(msg_to_shard_packet(msg))
+                keyframe = keyframes.get(shard_id)
+                state = self.assembler.add_latest(
+                    msg_to_shard_packet(msg),
+                    msg_to_shard_packet(keyframe) if keyframe is not None else None)
             except CodecError as exc:
                 self.rejected[exc.reason] += 1
                 self.runtime.weights_rejected(exc.reason)

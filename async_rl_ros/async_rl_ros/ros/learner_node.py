@@ -102,10 +102,8 @@ class LearnerNode(Node):
         self.learner = Learner(self.cfg, self.obs_dim, self.act_dim)
         if resume and self.learner.resume() is not None:
             self.get_logger().info(f'resumed at {self.learner.env_steps} env steps')
-        state = self.learner.policy_state()
-        tensors, self._extras = state.tensors(), state.extras()
-        self.committer = ShardedCommitter(self.transport.parameter_server, tensors,
-                                          version=self.learner.policy_version)
+        self.committer = ShardedCommitter(self.transport.parameter_server,
+                                          self.learner.policy_state())
         self.log_dir = pathlib.Path(self.cfg.log_dir)
         self.tb = MetricsLogger(self.log_dir / 'tensorboard')
 
@@ -208,8 +206,7 @@ class LearnerNode(Node):
 
     def publish(self, state: PolicyState) -> int | None:
         """WeightSink: commit to the shards; return the version they will serve."""
-        self._extras = state.extras()
-        packets = self.committer.commit(state.tensors(), self._extras)
+        packets = self.committer.commit(state)
         if packets is None:
             return None
         stamp = self.get_clock().now().to_msg()
@@ -242,7 +239,7 @@ class LearnerNode(Node):
         with self._lock:
             shards, self._resync = self._resync, set()
         for shard_id in sorted(shards):
-            packet = self.committer.full(shard_id, self._extras)
+            packet = self.committer.full(shard_id)
             self.commit_pubs[shard_id].publish(shard_packet_to_msg(
                 packet, 'WeightsCommit', stamp=self.get_clock().now().to_msg()))
             self.get_logger().info(f'shard {shard_id}: full commit at version '
