@@ -47,6 +47,7 @@ __all__ = [
     'EnvWorkerConfig',
     'SACConfig',
     'ReplayConfig',
+    'HindsightConfig',
     'DoctorConfig',
     'BatchSizerConfig',
     'CheckpointConfig',
@@ -292,6 +293,18 @@ class ReplayConfig(Section):
 
 
 @dataclasses.dataclass
+class HindsightConfig(Section):
+    """Hindsight experience replay (Andrychowicz et al. 2017) in the learner (section ``her``)."""
+
+    k: int = option(0, 'Relabeled copies stored per transition when its episode ends, each with '
+                    'a goal the episode achieved (0: off; needs the goal spec of the env).',
+                    unit='copies', low=0, high=64)
+    strategy: str = option('future', 'Where relabeled goals come from: future (achieved at '
+                           'this step or later in the episode) or final (the last position '
+                           'the episode achieved).', choices=('future', 'final'))
+
+
+@dataclasses.dataclass
 class SACConfig(Section):
     """Hyper-parameters of the SAC learner."""
 
@@ -312,6 +325,12 @@ class SACConfig(Section):
                                          low=-10.0, high=10.0)
     hidden_sizes: list[int] = option([256, 256], 'Hidden layer widths of actor and critics.',
                                      low=1, high=4096, read_only=True)
+    critic_layer_norm: bool = option(False, 'Layer-normalize every hidden layer of the critics '
+                                     '(Ball et al. 2023, RLPD): stable at high update-to-data '
+                                     'ratios.', read_only=True)
+    critic_dropout: float = option(0.0, 'Dropout probability of every hidden critic layer '
+                                   '(DroQ, Hiraoka et al. 2022; 0 = none).', low=0.0, high=0.9,
+                                   read_only=True)
     policy_frequency: int = option(1, 'Update the actor every k critic steps, then k times '
                                    '(delayed policy updates, CleanRL style).', low=1, high=100)
     target_network_frequency: int = option(1, 'Polyak-update the target critics every k '
@@ -555,6 +574,7 @@ class LearnerConfig(Section):
                           'checkpoints and the exported policy.')
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    her: HindsightConfig = dataclasses.field(default_factory=HindsightConfig)
     doctor: DoctorConfig = dataclasses.field(default_factory=DoctorConfig)
     batch: BatchSizerConfig = dataclasses.field(default_factory=BatchSizerConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
