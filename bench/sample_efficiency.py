@@ -103,6 +103,7 @@ def run_ours(seed: int, steps: int, marks: list[int]) -> dict:
 
     train_single_process(learner, env, steps, on_step=on_step)
     return {'impl': 'async_rl_ros', 'seed': seed, 'curve': curve, 'seconds': seconds,
+            'steps_per_s': steps / max(clock.seconds(), 1e-9),
             'updates_per_s': learner.updates / max(clock.seconds(), 1e-9)}
 
 
@@ -128,7 +129,8 @@ def run_sb3(seed: int, steps: int, marks: list[int]) -> dict:
         seconds[mark] = clock.seconds()
         curve[mark] = clock.evaluate(lambda: _success(eval_env, act))
     return {'impl': 'sb3', 'seed': seed, 'curve': curve, 'seconds': seconds,
-            'updates_per_s': model.num_timesteps / max(clock.seconds(), 1e-9)}
+            'steps_per_s': steps / max(clock.seconds(), 1e-9),
+            'updates_per_s': model.num_timesteps / max(clock.seconds(), 1e-9)}  # 1 per step
 
 
 def _job(args: tuple) -> dict:
@@ -174,14 +176,15 @@ def main() -> None:
           f'>= {REACHED:.0%}, its training seconds, and whether later marks stay >= {KEPT:.0%}')
     shown = [m for m in marks if m % 5000 == 0] or marks
     header = (f'{"learner":<14}{"seed":>5}' + ''.join(f'{m:>7}' for m in shown)
-              + f'{"to 95%":>9}{"s":>7}{"stays":>7}{"upd/s":>7}')
+              + f'{"to 95%":>9}{"s":>7}{"stays":>7}{"steps/s":>8}{"upd/s":>7}')
     print(header)
     print('-' * len(header))
     for r in results:
         print(f'{r["impl"]:<14}{r["seed"]:>5}' + ''.join(f'{r["curve"][m]:>7.2f}' for m in shown)
               + f'{str(r["steps_to_95"]):>9}'
               + (f'{r["seconds_to_95"]:>7.0f}' if r['seconds_to_95'] is not None else f'{"-":>7}')
-              + f'{"yes" if r["stays_90"] else "no":>7}{r["updates_per_s"]:>7.0f}')
+              + f'{"yes" if r["stays_90"] else "no":>7}{r["steps_per_s"]:>8.1f}'
+              + f'{r["updates_per_s"]:>7.0f}')
     ours = [r for r in results if r['impl'] == 'async_rl_ros']
     sb3 = [r for r in results if r['impl'] == 'sb3']
     at_20k = [r['curve'][20_000] for r in ours if 20_000 in r['curve']]
