@@ -22,6 +22,9 @@ and the ROS 2 learner node all drive the same three calls --
 * :meth:`Learner.train_step` one gradient update (the training thread), returning metrics;
 * :meth:`Learner.policy_state` the weights and normalizer statistics workers act with.
 
+Given the environment's goal spec, :meth:`Learner.ingest` also stores hindsight-relabeled
+copies of every finished episode (Andrychowicz et al. 2017; :mod:`.her`).
+
 Observations are stored raw and normalized when sampled, with the statistics of that moment,
 so old and new transitions always reach the networks on the same scale; the statistics travel
 with the weights so that workers act on identically normalized inputs.
