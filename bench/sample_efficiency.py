@@ -16,78 +16,98 @@
 Sample efficiency on the simulated UR5 reach task: this learner vs Stable-Baselines3 SAC.
 
 Both train single-process on the same env (the shipped ``config/train.yaml``), for the same
-number of env steps, with the same seeds; runs go two at a time, one per core, so they share
-the machine alike. Each run is evaluated during training (20 episodes at each fifth of the
-budget) and at the end on the same 100 episodes with the deterministic policy. SB3 runs with
-its own defaults (batch 256, learning rate 3e-4, automatic temperature).
+number of env steps, with the same seeds; runs go ``--jobs`` at a time, one per core, with one
+torch thread each, so they share the machine alike. This learner runs
+``train_single_process`` with the shipped learner defaults and the reach task's goal spec
+(hindsight relabeling); SB3 runs with its own defaults (256x256 networks, batch 256, learning
+rate 3e-4, automatic temperature, one update per step).
 
-Usage: ``python bench/sample_efficiency.py [--quick] [--steps N] [--seeds 0 1 2]``; the last
-line is a JSON summary.
+Every ``--eval-every`` env steps the deterministic policy is evaluated on the same 20
+episodes (fixed seed). Reported per run: the success rate at those marks, the env steps and
+training seconds (evaluations excluded) to the first mark at >= 95 %, and whether every later
+mark stays >= 90 %.
+
+Usage: ``python bench/sample_efficiency.py [--quick] [--steps N] [--seeds 0 1 2 3 4]``; the
+last line is a JSON summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import statistics
 import time
 
-import numpy as np
-
 EVAL_SEED = 1_000_000
+EVAL_EPISODES = 20
+REACHED, KEPT = 0.95, 0.90
 
 
-def _evaluate(env, act, episodes: int) -> tuple[float, float]:
+def _success(env, act) -> float:
     from async_rl_ros.core.learning.evaluation import run_episodes
-    stats = run_episodes(env, act, episodes, seed=EVAL_SEED)
-    return stats.success_rate, stats.mean_final_distance
+    return run_episodes(env, act, EVAL_EPISODES, seed=EVAL_SEED).success_rate
 
 
-def _configs(seed: int, steps: int, batch: int | None):
+def _configs(seed: int, steps: int):
     from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, load_node_config
     from async_rl_ros.local.cli import default_config_path
     path = default_config_path()
     env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig)
     overrides = {'seed': seed, 'total_env_steps': steps, 'checkpoint.interval_steps': 0,
                  'checkpoint.directory': f'/tmp/async_rl_bench_ckpt_{seed}'}
-    if batch:
-        overrides['batch.initial_batch'] = batch
     return env_cfg, load_node_config(path, 'learner', LearnerConfig, overrides)
 
 
-def run_ours(seed: int, steps: int, checkpoints: list[int], episodes: int,
-             batch: int | None) -> dict:
-    """Train this project's learner; return the curve and the final evaluation."""
+class _Clock:
+    """Training seconds, evaluations excluded."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.paused = 0.0
+
+    def evaluate(self, fn):
+        t = time.perf_counter()
+        value = fn()
+        self.paused += time.perf_counter() - t
+        return value
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start - self.paused
+
+
+def run_ours(seed: int, steps: int, marks: list[int]) -> dict:
+    """Train this project's learner (shipped defaults, hindsight relabeling)."""
     import torch
 
     from async_rl_ros.core.learning.learner import Learner
     from async_rl_ros.core.learning.single_process import train_single_process
     from async_rl_ros.envs.reach_env import UR5ReachEnv
+    from async_rl_ros.envs.reach_task import reach_goal_spec
 
     torch.set_num_threads(1)
-    env_cfg, cfg = _configs(seed, steps, batch)
+    env_cfg, cfg = _configs(seed, steps)
     env, eval_env = UR5ReachEnv(env_cfg), UR5ReachEnv(env_cfg)
-    learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
-    curve = {}
+    learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0],
+                      goal_spec=reach_goal_spec(env_cfg.task))
+    curve, seconds, clock = {}, {}, _Clock()
 
     def act(obs):
         return learner.act(obs, deterministic=True)
 
     def on_step(step, _learner):
-        if step in checkpoints:
-            curve[step] = _evaluate(eval_env, act, 20)[0]
+        if step in marks:
+            seconds[step] = clock.seconds()
+            curve[step] = clock.evaluate(lambda: _success(eval_env, act))
 
-    start = time.perf_counter()
     train_single_process(learner, env, steps, on_step=on_step)
-    seconds = time.perf_counter() - start
-    success, distance = _evaluate(eval_env, act, episodes)
-    return {'impl': 'async_rl_ros', 'seed': seed, 'curve': curve, 'success': success,
-            'distance': distance, 'seconds': seconds}
+    return {'impl': 'async_rl_ros', 'seed': seed, 'curve': curve, 'seconds': seconds,
+            'steps_per_s': steps / max(clock.seconds(), 1e-9),
+            'updates_per_s': learner.updates / max(clock.seconds(), 1e-9)}
 
 
-def run_sb3(seed: int, steps: int, checkpoints: list[int], episodes: int,
-            batch: int | None) -> dict:
+def run_sb3(seed: int, steps: int, marks: list[int]) -> dict:
     """Train Stable-Baselines3 SAC with its defaults on the same env."""
     from stable_baselines3 import SAC
     import torch
@@ -95,69 +115,90 @@ def run_sb3(seed: int, steps: int, checkpoints: list[int], episodes: int,
     from async_rl_ros.envs.reach_env import UR5ReachEnv
 
     torch.set_num_threads(1)
-    env_cfg, _ = _configs(seed, steps, batch)
+    env_cfg, _ = _configs(seed, steps)
     env, eval_env = UR5ReachEnv(env_cfg), UR5ReachEnv(env_cfg)
     model = SAC('MlpPolicy', env, seed=seed, verbose=0, device='cpu')
 
     def act(obs):
         return model.predict(obs, deterministic=True)[0]
 
-    curve, done, start = {}, 0, time.perf_counter()
-    for mark in checkpoints:
+    curve, seconds, done, clock = {}, {}, 0, _Clock()
+    for mark in marks:
         model.learn(mark - done, reset_num_timesteps=False)
         done = mark
-        curve[mark] = _evaluate(eval_env, act, 20)[0]
-    seconds = time.perf_counter() - start
-    success, distance = _evaluate(eval_env, act, episodes)
-    return {'impl': 'sb3', 'seed': seed, 'curve': curve, 'success': success,
-            'distance': distance, 'seconds': seconds}
+        seconds[mark] = clock.seconds()
+        curve[mark] = clock.evaluate(lambda: _success(eval_env, act))
+    return {'impl': 'sb3', 'seed': seed, 'curve': curve, 'seconds': seconds,
+            'steps_per_s': steps / max(clock.seconds(), 1e-9),
+            'updates_per_s': model.num_timesteps / max(clock.seconds(), 1e-9)}  # 1 per step
 
 
 def _job(args: tuple) -> dict:
     impl, *rest = args
-    return (run_ours if impl == 'ours' else run_sb3)(*rest)
+    result = (run_ours if impl == 'ours' else run_sb3)(*rest)
+    marks = sorted(result['curve'])
+    first = next((m for m in marks if result['curve'][m] >= REACHED), None)
+    result['steps_to_95'] = first
+    result['seconds_to_95'] = result['seconds'][first] if first is not None else None
+    result['stays_90'] = (first is not None
+                          and all(result['curve'][m] >= KEPT for m in marks if m >= first))
+    return result
+
+
+def _median(values) -> float | None:
+    """Median counting a run that never got there as infinite; ``None`` if that is the median."""
+    med = statistics.median([math.inf if v is None else v for v in values])
+    return None if math.isinf(med) else med
 
 
 def main() -> None:
-    """Run every (implementation, seed) pair, two at a time; print the tables and JSON."""
+    """Run every (implementation, seed) pair; print the tables and the JSON summary."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--quick', action='store_true', help='3,000 steps, one seed (< 1 min)')
-    parser.add_argument('--steps', type=int, default=100_000, help='env steps per run')
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
-    parser.add_argument('--episodes', type=int, default=100, help='final evaluation episodes')
-    parser.add_argument('--batch', type=int, default=None,
-                        help='initial batch of this learner (default: the shipped config)')
+    parser.add_argument('--quick', action='store_true',
+                        help='smoke run: 2,000 steps, one seed, marks every 1,000')
+    parser.add_argument('--steps', type=int, default=50_000, help='env steps per run')
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2, 3, 4])
+    parser.add_argument('--eval-every', type=int, default=2500, help='env steps between marks')
     parser.add_argument('--jobs', type=int, default=2, help='runs in parallel')
+    parser.add_argument('--only', choices=('ours', 'sb3'), default=None,
+                        help='run one implementation only')
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.seeds, args.episodes = 3000, [0], 10
-    checkpoints = [args.steps * k // 5 for k in range(1, 6)]
-    jobs = [(impl, seed, args.steps, checkpoints, args.episodes, args.batch)
-            for seed in args.seeds for impl in ('ours', 'sb3')]
+        args.steps, args.seeds, args.eval_every = 2000, [0], 1000
+    marks = list(range(args.eval_every, args.steps + 1, args.eval_every))
+    impls = [args.only] if args.only else ['ours', 'sb3']
+    jobs = [(impl, seed, args.steps, marks) for seed in args.seeds for impl in impls]
     with mp.get_context('spawn').Pool(args.jobs) as pool:
         results = pool.map(_job, jobs, chunksize=1)
 
     print(f'\nUR5 reach, single-process SAC, {args.steps} env steps, seeds {args.seeds}')
-    print('success rate (20 episodes) at env steps ' + ', '.join(map(str, checkpoints))
-          + f'; final: {args.episodes} episodes, deterministic policy')
-    header = (f'{"learner":<14}{"seed":>5}  ' + ''.join(f'{c:>8}' for c in checkpoints)
-              + f'{"final":>8}{"dist (m)":>10}{"time (s)":>10}')
+    print(f'deterministic success rate ({EVAL_EPISODES} episodes) at env steps; first step at '
+          f'>= {REACHED:.0%}, its training seconds, and whether later marks stay >= {KEPT:.0%}')
+    shown = [m for m in marks if m % 5000 == 0] or marks
+    header = (f'{"learner":<14}{"seed":>5}' + ''.join(f'{m:>7}' for m in shown)
+              + f'{"to 95%":>9}{"s":>7}{"stays":>7}{"steps/s":>8}{"upd/s":>7}')
     print(header)
     print('-' * len(header))
     for r in results:
-        print(f'{r["impl"]:<14}{r["seed"]:>5}  '
-              + ''.join(f'{r["curve"][c]:>8.2f}' for c in checkpoints)
-              + f'{r["success"]:>8.2f}{r["distance"]:>10.4f}{r["seconds"]:>10.0f}')
-    summary = {}
-    for impl, key in (('async_rl_ros', 'success_rate'), ('sb3', 'sb3_success_rate')):
-        runs = [r for r in results if r['impl'] == impl]
-        mean = statistics.mean(r['success'] for r in runs)
-        dist = statistics.mean(r['distance'] for r in runs)
-        curve = [float(np.mean([r['curve'][c] for r in runs])) for c in checkpoints]
-        print(f'{impl + " mean":<19}' + ''.join(f'{v:>8.2f}' for v in curve)
-              + f'{mean:>8.2f}{dist:>10.4f}')
-        summary[key] = round(mean, 3)
-    print(json.dumps({'env_steps': args.steps, **summary}))
+        print(f'{r["impl"]:<14}{r["seed"]:>5}' + ''.join(f'{r["curve"][m]:>7.2f}' for m in shown)
+              + f'{str(r["steps_to_95"]):>9}'
+              + (f'{r["seconds_to_95"]:>7.0f}' if r['seconds_to_95'] is not None else f'{"-":>7}')
+              + f'{"yes" if r["stays_90"] else "no":>7}{r["steps_per_s"]:>8.1f}'
+              + f'{r["updates_per_s"]:>7.0f}')
+    ours = [r for r in results if r['impl'] == 'async_rl_ros']
+    sb3 = [r for r in results if r['impl'] == 'sb3']
+    at_20k = [r['curve'][20_000] for r in ours if 20_000 in r['curve']]
+    summary = {
+        'env_steps': args.steps,
+        'env_steps_to_95_median': _median(r['steps_to_95'] for r in ours) if ours else None,
+        'seeds_reaching_95': sum(r['steps_to_95'] is not None for r in ours),
+        'seeds_staying_90': sum(r['stays_90'] for r in ours),
+        'seconds_to_95_median': _median(r['seconds_to_95'] for r in ours) if ours else None,
+        'sb3_env_steps_to_95_median': _median(r['steps_to_95'] for r in sb3) if sb3 else None,
+        'sb3_seconds_to_95_median': _median(r['seconds_to_95'] for r in sb3) if sb3 else None,
+        'success_rate_at_20k_min': min(at_20k) if at_20k else None,
+    }
+    print(json.dumps(summary))
 
 
 if __name__ == '__main__':

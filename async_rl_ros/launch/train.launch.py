@@ -213,6 +213,10 @@ def _launch_setup(context) -> list:
                       hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes], **overrides)
         entities += _lifecycle_worker(worker_id, params)
     learner_params = dict(sections.get('learner', {}))
+    # the reach task's reward and goal layout, for hindsight relabeling in the learner
+    task = sections.get('env_worker', {}).get('task')
+    if task:
+        learner_params['task'] = dict(task)
     learner_params.update(transport_params, **learner_overrides)
     entities.append(Node(package=PACKAGE, executable='learner', name='learner',
                          parameters=[learner_params], output='screen'))

@@ -29,7 +29,7 @@ from torch import distributions as D
 torch.set_num_threads(1)
 
 OBS, ACT = 5, 3
-TINY = {'device': 'cpu', 'hidden_sizes': [32, 32]}
+TINY = {'device': 'cpu', 'hidden_sizes': [32, 32], 'critic_dropout': 0.0}  # deterministic Q
 
 EXPECTED_METRICS = {'losses/qf1_loss', 'losses/qf2_loss', 'losses/qf1_values',
                     'losses/actor_loss', 'losses/alpha', 'losses/alpha_loss', 'losses/entropy',
@@ -67,7 +67,7 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 def test_config_defaults_and_validation():
     cfg = SACConfig()
     cfg.validate()
-    assert cfg.hidden == (256, 256)
+    assert cfg.hidden == (128, 128)
     assert cfg.target_entropy(6) == -6.0
     assert SACConfig.from_flat({'hidden_sizes': [64.0, 32.0]}).hidden == (64, 32)
     for bad in ({'hidden_sizes': [1.5]}, {'hidden_sizes': []}, {'tau': 0.0},
@@ -127,6 +127,58 @@ def test_twin_q_matches_two_separate_mlps():
             h = torch.relu(h @ layer.weight[i] + layer.bias[i])
         torch.testing.assert_close(q, (h @ critic.out.weight[i] + critic.out.bias[i])[:, 0])
     assert not torch.allclose(q1, q2)  # independent initializations
+
+
+def test_layer_norm_critic_normalizes_every_hidden_layer():
+    torch.manual_seed(0)
+    critic = TwinQ(OBS, ACT, (16, 8), layer_norm=True)
+    with torch.no_grad():
+        for norm in critic.norms:  # non-trivial per-member gains and biases
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+    obs, act = 50.0 * torch.randn(10, OBS), torch.rand(10, ACT) * 2 - 1
+    q1, q2 = critic(obs, act)
+    x = torch.cat([obs, act], -1)
+    for i, q in enumerate((q1, q2)):
+        h = x
+        for layer, norm in zip(critic.layers, critic.norms):
+            z = h @ layer.weight[i] + layer.bias[i]
+            var = z.var(-1, unbiased=False, keepdim=True)
+            z = (z - z.mean(-1, keepdim=True)) / torch.sqrt(var + 1e-5)
+            h = torch.relu(z * norm.weight[i] + norm.bias[i])
+        torch.testing.assert_close(q, (h @ critic.out.weight[i] + critic.out.bias[i])[:, 0])
+    # Normalized features bound Q by the output layer, whatever the input scale.
+    bound = critic.out.weight.abs().sum(dim=(1, 2)) * 3 + critic.out.bias.abs().reshape(-1)
+    huge = critic.q_values(1e6 * obs, act).abs()
+    assert (huge.max(dim=1).values <= bound * 10).all()
+
+
+def test_critic_dropout_is_random_in_training_mode_only():
+    torch.manual_seed(0)
+    critic = TwinQ(OBS, ACT, (64, 64), layer_norm=True, dropout=0.5)
+    obs, act = torch.randn(10, OBS), torch.rand(10, ACT) * 2 - 1
+    assert not torch.equal(critic.q_values(obs, act), critic.q_values(obs, act))
+    critic.eval()
+    assert torch.equal(critic.q_values(obs, act), critic.q_values(obs, act))
+    with pytest.raises(ValueError):
+        TwinQ(OBS, ACT, (8,), dropout=1.0)
+    sac = make_sac(critic_dropout=0.5, critic_layer_norm=True)
+    assert sac.critic.dropout == 0.5 and sac.critic.norms is not None
+    assert sac.critic_target.training  # DroQ: the target critics use dropout too
+    plain = make_sac(critic_layer_norm=False, critic_dropout=0.0)
+    assert plain.critic.norms is None and plain.critic.dropout == 0.0
+    metrics, _ = sac.update(make_batch())
+    assert math.isfinite(metrics['losses/qf1_loss'])
+    with pytest.raises(ConfigError):
+        SACConfig.from_flat({'critic_dropout': 0.95})
+
+
+def test_checkpoint_of_another_critic_kind_is_refused_and_old_ones_load():
+    state = make_sac(critic_layer_norm=False).state_dict()
+    with pytest.raises(ValueError, match='dimensions'):
+        make_sac(critic_layer_norm=True).load_state_dict(state)
+    del state['dims']['critic_layer_norm']  # a checkpoint written before the option existed
+    make_sac(seed=3, critic_layer_norm=False).load_state_dict(state)
 
 
 @pytest.mark.filterwarnings('ignore::DeprecationWarning')  # torch >= 2.9 deprecates TorchScript

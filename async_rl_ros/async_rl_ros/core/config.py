@@ -47,6 +47,7 @@ __all__ = [
     'EnvWorkerConfig',
     'SACConfig',
     'ReplayConfig',
+    'HindsightConfig',
     'DoctorConfig',
     'BatchSizerConfig',
     'CheckpointConfig',
@@ -323,6 +324,18 @@ class ReplayConfig(Section):
 
 
 @dataclasses.dataclass
+class HindsightConfig(Section):
+    """Hindsight experience replay (Andrychowicz et al. 2017) in the learner (section ``her``)."""
+
+    k: int = option(4, 'Relabeled copies stored per transition when its episode ends, each with '
+                    'a goal the episode achieved (0: off; needs the goal spec of the env).',
+                    unit='copies', low=0, high=64)
+    strategy: str = option('future', 'Where relabeled goals come from: future (achieved at '
+                           'this step or later in the episode) or final (the last position '
+                           'the episode achieved).', choices=('future', 'final'))
+
+
+@dataclasses.dataclass
 class SACConfig(Section):
     """Hyper-parameters of the SAC learner."""
 
@@ -341,8 +354,15 @@ class SACConfig(Section):
     target_entropy_scale: float = option(1.0, 'Target entropy is -scale * act_dim '
                                          '(1.0 is the usual "auto" setting).',
                                          low=-10.0, high=10.0, read_only=True)
-    hidden_sizes: list[int] = option([256, 256], 'Hidden layer widths of actor and critics.',
+    hidden_sizes: list[int] = option([128, 128], 'Hidden layer widths of actor and critics '
+                                     '(128: twice the updates/s of 256 on a CPU learner).',
                                      low=1, high=4096, read_only=True)
+    critic_layer_norm: bool = option(True, 'Layer-normalize every hidden layer of the critics '
+                                     '(Ball et al. 2023, RLPD): stable at high update-to-data '
+                                     'ratios.', read_only=True)
+    critic_dropout: float = option(0.01, 'Dropout probability of every hidden critic layer '
+                                   '(DroQ, Hiraoka et al. 2022; 0 = none).', low=0.0, high=0.9,
+                                   read_only=True)
     policy_frequency: int = option(1, 'Update the actor every k critic steps, then k times '
                                    '(delayed policy updates, CleanRL style).', low=1, high=100)
     target_network_frequency: int = option(1, 'Polyak-update the target critics every k '
@@ -568,17 +588,17 @@ class LearnerConfig(Section):
 
     seed: int = option(0, 'Seed of network initialization, sampling and warm-up actions.',
                        low=0, high=INT32_MAX, read_only=True)
-    learning_starts: int = option(5000, 'Transitions in the replay buffer before the first '
+    learning_starts: int = option(1000, 'Transitions in the replay buffer before the first '
                                   'update.', unit='transitions', low=1, high=INT32_MAX)
-    warmup_steps: int = option(5000, 'Env steps acted with uniform random actions before the '
+    warmup_steps: int = option(1000, 'Env steps acted with uniform random actions before the '
                                'policy takes over.', unit='steps', low=0, high=INT32_MAX,
                                read_only=True)
-    updates_per_step: float = option(1.0, 'Gradient updates per env step (update-to-data '
+    updates_per_step: float = option(2.0, 'Gradient updates per env step (update-to-data '
                                      'ratio) the learner keeps up with: single-process and '
                                      'sync training do exactly this many; free-running '
                                      'workers are rate-limited so that the learner never '
                                      'falls below it.', low=0.0, high=64.0, low_open=True)
-    max_updates_per_step: float = option(1.0, 'Most gradient updates per env step when data '
+    max_updates_per_step: float = option(2.0, 'Most gradient updates per env step when data '
                                          'arrives slower than the learner can use it (a '
                                          'physical arm): the learner then runs up to this '
                                          'ratio; at least updates_per_step.', low=0.0,
@@ -597,6 +617,7 @@ class LearnerConfig(Section):
                           'checkpoints and the exported policy.', read_only=True)
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    her: HindsightConfig = dataclasses.field(default_factory=HindsightConfig)
     doctor: DoctorConfig = dataclasses.field(default_factory=DoctorConfig)
     batch: BatchSizerConfig = dataclasses.field(default_factory=BatchSizerConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)

@@ -29,10 +29,16 @@ slice  content                          unit
 
 Reward per step: ``-w_d * d + w_s * 0.5 * (1 - tanh(d / s)) - w_a * ||a||^2`` with
 ``d = ||g - p||`` (m); success when ``d < success_distance``.
+
+:func:`reach_goal_spec` describes the goal to the learner's hindsight relabeling
+(``core.learning.her.GoalSpec``): the achieved goal is ``p``, a new goal ``g'`` is written to
+``obs[15:18]`` and ``obs[18:21] = g' - p``, and the reward is :meth:`ReachTask.reward` of the
+distance between them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -42,7 +48,7 @@ from async_rl_ros.envs.ur5_kinematics import JOINT_LIMIT, SPEED_LIMIT
 import numpy as np
 
 __all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_SLICES', 'ReachTask',
-           'START_TRIES']
+           'START_TRIES', 'ReachGoalSpec', 'reach_goal_spec']
 
 OBS_DIM = 21
 ACT_DIM = 6
@@ -116,3 +122,61 @@ class ReachTask:
     def success(self, distance: float) -> bool:
         """Return whether the target counts as reached."""
         return distance < self.cfg.success_distance
+
+
+@dataclasses.dataclass(frozen=True)
+class ReachGoalSpec:
+    """
+    The reach task's goal for hindsight relabeling: picklable, batch-first, pure.
+
+    The reward is computed by :meth:`ReachTask.reward` from the observation's own (float32)
+    flange position, so a relabeled reward equals what the task gives for that goal and that
+    flange position exactly.
+
+    :param task: the task configuration (reward weights, success distance).
+    """
+
+    task: ReachTaskConfig
+
+    @property
+    def terminate_on_success(self) -> bool:
+        """Whether reaching the goal ends the episode."""
+        return bool(self.task.terminate_on_success)
+
+    def achieved(self, obs: np.ndarray) -> np.ndarray:
+        """Return the flange positions ``obs[:, 12:15]`` (m)."""
+        return np.array(np.asarray(obs)[:, OBS_SLICES['ee_pos']], dtype=np.float32)
+
+    def with_goal(self, obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """Return ``obs`` with target ``goal`` and ``goal - flange``, clipped like the env's."""
+        out = np.array(obs, dtype=np.float32)
+        goal = np.asarray(goal, dtype=np.float32)
+        out[:, OBS_SLICES['target']] = goal
+        out[:, OBS_SLICES['to_target']] = goal - out[:, OBS_SLICES['ee_pos']]
+        return np.clip(out, OBS_LOW, OBS_HIGH, out=out)
+
+    def distance(self, next_obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """Return the flange-to-goal distances (m), as :meth:`ReachTask.distance` computes them."""
+        delta = (np.asarray(goal, dtype=np.float64)
+                 - np.asarray(next_obs, dtype=np.float64)[:, OBS_SLICES['ee_pos']])
+        return np.array([math.sqrt(float(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]))
+                         for d in delta])
+
+    def reward(self, next_obs: np.ndarray, action: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """Return the step rewards for reaching ``next_obs`` after ``action`` with ``goal``."""
+        task = ReachTask(self.task)
+        return np.array([task.reward(d, a) for d, a in
+                         zip(self.distance(next_obs, goal), np.asarray(action))])
+
+    def success(self, next_obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """Return whether each flange lies within the success distance of its goal."""
+        return self.distance(next_obs, goal) < self.task.success_distance
+
+
+def reach_goal_spec(cfg: ReachTaskConfig) -> ReachGoalSpec:
+    """
+    Return the goal spec the learner relabels reach episodes with.
+
+    :param cfg: the env's task configuration (``EnvWorkerConfig.task``).
+    """
+    return ReachGoalSpec(cfg)

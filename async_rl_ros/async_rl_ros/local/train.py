@@ -40,6 +40,7 @@ from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.core.workers.inline import InlineWorker, PolicyEvaluator
 from async_rl_ros.core.workers.runtime import build_worker
+from async_rl_ros.envs.reach_task import reach_goal_spec
 import torch
 
 __all__ = ['TrainResult', 'LocalRun', 'train']
@@ -111,7 +112,8 @@ class LocalRun:
         evaluation_cfg = env_cfg.replace(**{'backend': 'sim', 'sim.real_time': False})
         self.eval_env = build_worker(evaluation_cfg, 0, cfg.sac.hidden_sizes, 1).env
         self.learner = Learner(cfg, self.eval_env.observation_space.shape[0],
-                               self.eval_env.action_space.shape[0])
+                               self.eval_env.action_space.shape[0],
+                               goal_spec=reach_goal_spec(env_cfg.task))
         self.transport: Any = None
         self._envs: list[Any] = [self.eval_env]
         self._stoppers: list[Callable[[], None]] = []

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import LearnerConfig, RosTransportConfig
+from async_rl_ros.core.config import LearnerConfig, ReachTaskConfig, RosTransportConfig
 from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
@@ -49,6 +49,7 @@ from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
+from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import msg_to_batch, shard_packet_to_msg
 from async_rl_ros.ros.node_utils import run_node
@@ -99,7 +100,10 @@ class LearnerNode(Node):
             read_only=True)).value
         if self.cfg.sac.device != 'cuda':
             torch.set_num_threads(1)  # the workers share the CPU
-        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim)
+        # The reach task's reward and goal layout: hindsight relabeling recomputes rewards.
+        task = SectionParameters(self, ReachTaskConfig, 'task.', frozen=True).section
+        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim,
+                               goal_spec=reach_goal_spec(task))
         if resume and self.learner.resume() is not None:
             self.get_logger().info(f'resumed at {self.learner.env_steps} env steps')
         self.committer = ShardedCommitter(self.transport.parameter_server,

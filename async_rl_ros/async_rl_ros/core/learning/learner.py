@@ -22,6 +22,9 @@ and the ROS 2 learner node all drive the same three calls --
 * :meth:`Learner.train_step` one gradient update (the training thread), returning metrics;
 * :meth:`Learner.policy_state` the weights and normalizer statistics workers act with.
 
+Given the environment's goal spec, :meth:`Learner.ingest` also stores hindsight-relabeled
+copies of every finished episode (Andrychowicz et al. 2017; :mod:`.her`).
+
 Observations are stored raw and normalized when sampled, with the statistics of that moment,
 so old and new transitions always reach the networks on the same scale; the statistics travel
 with the weights so that workers act on identically normalized inputs.
@@ -40,6 +43,7 @@ from async_rl_ros.core.learning.batch_sizer import BatchSizer, probe_for
 from async_rl_ros.core.learning.checkpoint import (capture_rng_state, CheckpointManager,
                                                    restore_rng_state, unpack_replay_buffer)
 from async_rl_ros.core.learning.doctor import Doctor, finite_rows, ParamDeltaTracker
+from async_rl_ros.core.learning.her import GoalSpec, HindsightRelabeler
 from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.normalizer import RunningNormalizer
 from async_rl_ros.core.learning.replay import ReplayBuffer
@@ -61,9 +65,13 @@ class Learner:
     :param cfg: learner configuration.
     :param obs_dim: observation width.
     :param act_dim: action width (actions in [-1, 1]).
+    :param goal_spec: the environment's goal spec (e.g. ``envs.reach_task.reach_goal_spec``);
+        with ``her.k > 0`` every finished episode is also stored relabeled (hindsight
+        experience replay, see :mod:`.her`). ``None``: no relabeling.
     """
 
-    def __init__(self, cfg: LearnerConfig, obs_dim: int, act_dim: int):
+    def __init__(self, cfg: LearnerConfig, obs_dim: int, act_dim: int,
+                 goal_spec: GoalSpec | None = None):
         self.cfg = cfg
         self.obs_dim, self.act_dim = obs_dim, act_dim
         torch.manual_seed(cfg.seed)
@@ -75,10 +83,14 @@ class Learner:
         self.replay = ReplayBuffer(cfg.replay, obs_dim, act_dim,
                                    rng=np.random.default_rng(cfg.seed + 1))
         self.normalizer = RunningNormalizer(obs_dim)
+        self.relabeler = (HindsightRelabeler(cfg.her, goal_spec,
+                                             np.random.default_rng(cfg.seed + 2))
+                          if goal_spec is not None and cfg.her.k > 0 else None)
         self.batch_sizer = BatchSizer(cfg.batch, probe_for(self.device), device=self.device)
         self.checkpoints = CheckpointManager.from_config(cfg.checkpoint)
         self._delta = ParamDeltaTracker(self.sac.actor.parameters())
         self._lock = threading.Lock()  # normalizer statistics and counters
+        self._her_lock = threading.Lock()
         self.policy_version = 0      # bumped by whoever publishes weights
         self.env_steps = 0           # transitions ingested
         self.rejected_rows = 0       # transitions dropped for non-finite values
@@ -92,9 +104,12 @@ class Learner:
 
         The batch holds ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``,
         ``truncated``, ``policy_version`` and ``worker_id`` with a leading batch dimension.
-        Rows with non-finite numbers are dropped and counted.
+        Rows with non-finite numbers are dropped and counted. With hindsight relabeling, the
+        relabeled copies of the episodes this batch ends are stored too (with the maximum
+        priority, like any new transition); they count neither as env steps nor in the
+        returned number.
 
-        :returns: the number of transitions stored.
+        :returns: the number of transitions of ``batch`` stored.
         """
         keep = np.asarray(finite_rows(batch), dtype=bool)
         if not keep.all():
@@ -113,6 +128,11 @@ class Learner:
                 probe = rows if probe is None else np.concatenate([probe, rows])
                 self.doctor.set_probe(probe[:PROBE_SIZE])
         self.replay.extend(batch)
+        if self.relabeler is not None:
+            with self._her_lock:  # episode accumulators
+                relabeled = self.relabeler.add(batch)
+            if relabeled is not None:
+                self.replay.extend(relabeled)
         workers = np.broadcast_to(np.asarray(batch['worker_id']), (n,))
         rewards = np.asarray(batch['reward'], dtype=np.float64).reshape(n)
         for worker in np.unique(workers):
@@ -324,6 +344,8 @@ class Learner:
                'charts/policy_version': float(self.policy_version),
                'charts/replay_size': float(len(self.replay)),
                'doctor/rejected_rows': float(self.rejected_rows)}
+        if self.relabeler is not None:
+            out['her/relabeled'] = float(self.relabeler.relabeled)
         out.update(self.doctor.metrics())
         out.update(self.batch_sizer.metrics())
         return out

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 __all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'mlp', 'Actor', 'PolicyForExport', 'EnsembleLinear',
-           'TwinQ']
+           'EnsembleLayerNorm', 'TwinQ']
 
 LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
@@ -245,25 +245,57 @@ class EnsembleLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
+class EnsembleLayerNorm(nn.Module):
+    """
+    Layer normalization over the features, with a separate gain and bias for each member.
+
+    :param n: number of members.
+    :param features: width normalized.
+    """
+
+    def __init__(self, n: int, features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n, 1, features))
+        self.bias = nn.Parameter(torch.zeros(n, 1, features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalize ``x`` of shape ``(n, B, features)`` and apply each member's affine map."""
+        return torch.addcmul(self.bias, F.layer_norm(x, x.shape[-1:]), self.weight)
+
+
 class TwinQ(nn.Module):
     """
     Two independent Q networks evaluated together (clipped double Q, Fujimoto et al. 2018).
 
     Both MLPs run as one ensemble of batched matrix products: same maths as two separate
-    MLPs, half the kernel launches.
+    MLPs, half the kernel launches. Each hidden layer is ``Linear -> [Dropout] ->
+    [LayerNorm] -> ReLU``: layer normalization bounds the critic's extrapolation and keeps
+    high update-to-data ratios stable (Ball et al. 2023, "Efficient Online Reinforcement
+    Learning with Offline Data", RLPD); dropout before it is DroQ (Hiraoka et al. 2022,
+    "Dropout Q-Functions for Doubly Efficient Reinforcement Learning"). Dropout is active
+    while the module is in training mode (SAC keeps its critics there, targets included, as
+    DroQ does).
 
     :param obs_dim: observation width.
     :param act_dim: action width.
     :param hidden: hidden layer widths of each Q network.
+    :param layer_norm: normalize every hidden layer.
+    :param dropout: dropout probability of every hidden layer (0 = none).
     """
 
     num_q = 2
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256)):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256),
+                 layer_norm: bool = False, dropout: float = 0.0):
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f'dropout must lie in [0, 1), got {dropout}')
         widths = [obs_dim + act_dim, *(int(h) for h in hidden)]
         self.layers = nn.ModuleList(
             EnsembleLinear(self.num_q, a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.norms = nn.ModuleList(
+            EnsembleLayerNorm(self.num_q, b) for b in widths[1:]) if layer_norm else None
+        self.dropout = float(dropout)
         self.out = EnsembleLinear(self.num_q, widths[-1], 1)
 
     def q_values(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -276,8 +308,13 @@ class TwinQ(nn.Module):
         """
         x = torch.cat([obs, action], dim=-1)
         x = x.unsqueeze(0).expand(self.num_q, *x.shape)
-        for layer in self.layers:
-            x = F.relu(layer(x))
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if self.dropout > 0.0:
+                x = F.dropout(x, self.dropout, self.training)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = F.relu(x)
         return self.out(x).squeeze(-1)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor

@@ -105,7 +105,8 @@ class SAC:
         self.device = resolve_device(cfg.device)
         self.guard = guard
         self.actor = Actor(obs_dim, act_dim, cfg.hidden).to(self.device)
-        self.critic = TwinQ(obs_dim, act_dim, cfg.hidden).to(self.device)
+        self.critic = TwinQ(obs_dim, act_dim, cfg.hidden, layer_norm=cfg.critic_layer_norm,
+                            dropout=cfg.critic_dropout).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device,
                                       requires_grad=True)
@@ -357,8 +358,7 @@ class SAC:
         :returns: networks, targets, optimizers, temperature, regularization and counters.
         """
         return {
-            'dims': {'obs_dim': self.obs_dim, 'act_dim': self.act_dim,
-                     'hidden': list(self.cfg.hidden)},
+            'dims': self._dims(),
             'actor': self.actor.state_dict(),
             'critic': self.critic.state_dict(),
             'critic_target': self.critic_target.state_dict(),
@@ -374,14 +374,19 @@ class SAC:
                          'num_skipped': self.num_skipped},
         }
 
+    def _dims(self) -> dict[str, Any]:
+        return {'obs_dim': self.obs_dim, 'act_dim': self.act_dim,
+                'hidden': list(self.cfg.hidden), 'critic_layer_norm': self.cfg.critic_layer_norm}
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """
         Restore a :meth:`state_dict` (tensors are moved to :attr:`device`).
 
         :param state: a dict made by :meth:`state_dict` of a SAC with the same dimensions.
         """
-        dims = {'obs_dim': self.obs_dim, 'act_dim': self.act_dim, 'hidden': list(self.cfg.hidden)}
-        if dict(state['dims']) != dims:
+        dims = self._dims()
+        # Checkpoints from before the critic options were critics without layer norm.
+        if {'critic_layer_norm': False, **dict(state['dims'])} != dims:
             raise ValueError(f'checkpoint dimensions {state["dims"]} differ from {dims}')
         self.actor.load_state_dict(state['actor'])
         self.critic.load_state_dict(state['critic'])
