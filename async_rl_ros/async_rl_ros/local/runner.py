@@ -45,7 +45,6 @@ import logging
 import multiprocessing as mp
 import os
 import queue
-import signal
 import threading
 import time
 from typing import Any, Callable
@@ -55,6 +54,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.codec import CodecError, WeightDecoder
 from async_rl_ros.core.weights.publisher import PolicyPublisher
+from async_rl_ros.local.lifecycle import init_child
 from async_rl_ros.local.weight_board import WeightBoard
 import numpy as np
 
@@ -84,7 +84,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
                  warmup: int, seed: int, out: Any, board_name: str, stop: Any,
                  round_counter: Any, sync: bool, produced: Any, allowance: Any) -> None:
     """Run one env worker until ``stop`` is set (the body of a worker process)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner stops us through ``stop``
+    init_child()  # die with the runner however it ends; no SIGINT (we stop through ``stop``)
     import torch
 
     from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy

@@ -16,15 +16,16 @@
 Training runs -- single process, or env-worker processes -- and what a run leaves behind.
 
 TensorBoard logs, a progress bar, periodic and final atomic checkpoints, the learning-curve
-PNG and the deterministic policy exported as TorchScript, all under ``log_dir``. Ctrl-C stops
-the run (every process) and still writes the final checkpoint and artifacts.
+PNG and the deterministic policy exported as TorchScript, all under ``log_dir``. SIGINT and
+SIGTERM (:class:`~async_rl_ros.local.lifecycle.StopRequest`) and an expected failure such as
+``TrainingDiverged`` stop the run (every process) and still write the final checkpoint and
+artifacts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-import signal
 import sys
 import time
 from typing import Any
@@ -33,7 +34,10 @@ from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunner
 from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
+from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.learning.single_process import train_single_process
+from async_rl_ros.local.lifecycle import restore_last_good, stop_scope, StopRun
+from async_rl_ros.local.output import Progress, say
 from async_rl_ros.local.runner import default_num_workers
 import numpy as np
 import torch
@@ -55,26 +59,6 @@ class TrainResult:
     log_dir: Path
     interrupted: bool
     transport: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-class _StopFlag:
-    """Turn the first SIGINT into a request to stop cleanly (the second one is fatal)."""
-
-    def __init__(self):
-        self.stop = False
-        self._previous = None
-
-    def __enter__(self) -> '_StopFlag':
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.stop = True
-        signal.signal(signal.SIGINT, self._previous)  # a second Ctrl-C interrupts at once
-        print('\nstopping after this step: writing the final checkpoint ...', file=sys.stderr)
-
-    def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGINT, self._previous)
 
 
 def _finish(learner: Learner, eval_env: Any, logger: MetricsLogger, log_dir: Path,
@@ -99,13 +83,16 @@ def _finish(learner: Learner, eval_env: Any, logger: MetricsLogger, log_dir: Pat
 
 
 def _resume(learner: Learner, resume: bool) -> None:
-    if resume and learner.resume() is not None:
-        print(f'resumed from {learner.checkpoints.latest()} at {learner.env_steps} env steps',
-              file=sys.stderr)
+    if resume:  # raises CheckpointError (one line, exit 2 in the CLI) when nothing fits
+        found = resume_learner(learner)
+        for path, why in found.skipped:
+            say(f'checkpoint {path} skipped: {why}')
+        say(f'resumed from {found.path} at {learner.env_steps} env steps')
 
 
 def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
-          progress: bool = True, eval_episodes: int | None = None) -> TrainResult:
+          progress: bool = True, eval_episodes: int | None = None,
+          stop: Any = None) -> TrainResult:
     """
     Train SAC on the simulated reach task in this process.
 
@@ -114,9 +101,9 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
     :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
     :param progress: show a progress bar.
     :param eval_episodes: final evaluation episodes (default: ``cfg.eval_episodes``).
+    :param stop: a :class:`~async_rl_ros.local.lifecycle.StopRequest` (default: one that
+        handles SIGINT and SIGTERM during the run).
     """
-    from tqdm import tqdm
-
     from async_rl_ros.envs.reach_env import UR5ReachEnv
 
     log_dir = Path(cfg.log_dir)
@@ -127,12 +114,11 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
     remaining = max(0, cfg.total_env_steps - learner.env_steps)
     logger = MetricsLogger(log_dir / 'tensorboard')
     start = time.perf_counter()
-    bar = tqdm(total=remaining, desc='training', unit='step', disable=not progress,
-               dynamic_ncols=True, smoothing=0.05)
+    bar = Progress(total=remaining, desc='training', unit='step', enabled=progress)
     interval = cfg.checkpoint.interval_steps  # learner updates between checkpoints
     saved = [learner.updates]
 
-    with _StopFlag() as flag:
+    with stop_scope(stop) as flag:
         def on_step(step: int, lrn: Learner) -> None:
             bar.update(1)
             if step % 200 == 0:
@@ -142,18 +128,19 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
             if interval and lrn.updates - saved[0] >= interval:
                 lrn.save_checkpoint()
                 saved[0] = lrn.updates
-            if flag.stop:
-                raise KeyboardInterrupt
+            if flag():
+                raise StopRun
 
-        interrupted = False
         try:
-            train_single_process(learner, env, remaining, logger=logger, eval_env=eval_env,
-                                 eval_every=cfg.eval_every,
-                                 eval_episodes=min(cfg.eval_episodes, 20), on_step=on_step)
-        except KeyboardInterrupt:
-            interrupted = True
+            with flag.contain(lambda exc: restore_last_good(learner, flag)):
+                train_single_process(learner, env, remaining, logger=logger,
+                                     eval_env=eval_env, eval_every=cfg.eval_every,
+                                     eval_episodes=min(cfg.eval_episodes, 20), on_step=on_step)
+        except StopRun:
+            pass
         finally:
             bar.close()
+        interrupted = flag.requested
     seconds = time.perf_counter() - start
     checkpoint, policy, evaluation, curve = _finish(
         learner, eval_env, logger, log_dir, f'UR5 reach, SAC single process, seed {cfg.seed}',
@@ -167,15 +154,13 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, *, resume: bool = False,
 
 def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalRunnerConfig,
                 *, resume: bool = False, progress: bool = True,
-                eval_episodes: int | None = None) -> TrainResult:
+                eval_episodes: int | None = None, stop: Any = None) -> TrainResult:
     """
     Train with env-worker processes (``local_runner.mode``: async or sync).
 
     Same artifacts as :func:`train`; the progress bar shows env steps, success rate,
     samples/s, updates/s and the policy lag.
     """
-    from tqdm import tqdm
-
     from async_rl_ros.envs.reach_env import UR5ReachEnv
     from async_rl_ros.local.runner import LocalRunner
 
@@ -188,8 +173,8 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
     if runner.num_workers > default_num_workers() + 1:
         print(f'warning: {runner.num_workers} workers on {default_num_workers() + 1} physical '
               'cores: context switches will cost throughput', file=sys.stderr)
-    bar = tqdm(total=cfg.total_env_steps, initial=learner.env_steps, desc=runner_cfg.mode,
-               unit='step', disable=not progress, dynamic_ncols=True, smoothing=0.05)
+    bar = Progress(total=cfg.total_env_steps, initial=learner.env_steps, desc=runner_cfg.mode,
+                   unit='step', enabled=progress, interval_s=runner_cfg.stats_interval_s)
     episodes: list[float] = []
     state = {'time': time.perf_counter(), 'steps': learner.env_steps,
              'updates': learner.updates, 'saved': learner.updates,
@@ -220,9 +205,10 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
             learner.save_checkpoint()
             state['saved'] = learner.updates
 
-    with _StopFlag() as flag:
-        runner.run(should_stop=lambda: flag.stop, on_tick=on_tick)
-        interrupted = flag.stop
+    with stop_scope(stop) as flag:
+        with flag.contain(lambda exc: restore_last_good(learner, flag)):
+            runner.run(should_stop=flag, on_tick=on_tick)
+        interrupted = flag.requested
     on_tick(runner, final=True)  # the last metrics, however short the run
     bar.close()
     seconds = time.perf_counter() - start
