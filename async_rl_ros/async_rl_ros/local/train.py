@@ -169,7 +169,11 @@ def train_local(env_cfg: EnvWorkerConfig, cfg: LearnerConfig, runner_cfg: LocalR
     logger = MetricsLogger(log_dir / 'tensorboard')
     runner = LocalRunner(env_cfg, cfg, runner_cfg)
     learner = runner.learner
-    _resume(learner, resume)
+    try:
+        _resume(learner, resume)
+    except BaseException:
+        runner.board.close()  # no worker started yet: only the shared memory to give back
+        raise
     if runner.num_workers > default_num_workers() + 1:
         print(f'warning: {runner.num_workers} workers on {default_num_workers() + 1} physical '
               'cores: context switches will cost throughput', file=sys.stderr)

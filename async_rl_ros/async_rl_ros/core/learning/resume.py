@@ -52,8 +52,20 @@ class Resumed(NamedTuple):
 
 
 def _first_line(exc: BaseException) -> str:
+    """Return the first sentence of an error message (torch's run on for lines)."""
     text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    return text.splitlines()[0].split('. ')[0].rstrip('.')[:200]
+
+
+def _show(value: Any) -> str:
+    """Format a config value as a user writes it: ``[32, 32]`` rather than ``[32.0, 32.0]``."""
+    if isinstance(value, (list, tuple)):
+        return '[' + ', '.join(_show(v) for v in value) + ']'
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def describe_unreadable(path: Path, exc: BaseException) -> str:
@@ -143,14 +155,12 @@ def check_compatible(state: Mapping[str, Any], config: Mapping[str, Any],
     for key in keys:
         if key not in saved or key not in config:
             continue
-        old, new = saved[key], config[key]
-        if isinstance(old, (list, tuple)) or isinstance(new, (list, tuple)):
-            old, new = list(old), list(new)
+        old, new = _show(saved[key]), _show(config[key])
         if old != new:
             raise CheckpointError(
                 f'{where}{prefix}{key} = {old} in the checkpoint but {new} in this '
-                f'configuration; set {prefix}{key}={old} to resume it, or start afresh in '
-                f'another {prefix}checkpoint.directory')
+                f'configuration; set {prefix}{key}={old.replace(" ", "")} to resume it, or '
+                f'start afresh in another {prefix}checkpoint.directory')
 
 
 def resume_learner(learner: Any) -> Resumed:
