@@ -151,3 +151,16 @@ def test_cli_runs_the_scripted_policy():
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert 'success rate          100.0 %' in result.stdout
+
+
+def test_a_non_utf8_or_empty_file_is_one_clear_error(tmp_path):
+    latin = tmp_path / 'latin1.yaml'
+    latin.write_bytes('env_worker:\n  ros__parameters:\n    seed: 1  # caf\xe9\n'
+                      .encode('latin-1'))
+    with pytest.raises(ConfigError, match='UTF-8') as info:
+        load_node_config(latin, 'env_worker', EnvWorkerConfig)
+    assert str(latin) in str(info.value) and '0xe9' in str(info.value)
+    for text in ('', '# only a comment\n'):
+        with pytest.raises(ConfigError, match='holds none') as info:
+            load_node_config(write(tmp_path, text), 'env_worker', EnvWorkerConfig)
+        assert 'params.yaml' in str(info.value)

@@ -163,7 +163,7 @@ def _train(args: argparse.Namespace, stop: StopRequest) -> int:
         result = train_local(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
                              eval_episodes=args.episodes, stop=stop)
     rows = [('env steps', f'{result.env_steps}'), ('updates', f'{result.updates}'),
-            ('wall time', f'{result.seconds:.0f} s'), ('stopped by', stop.outcome)]
+            ('wall time', f'{result.seconds:.0f} s'), ('outcome', stop.outcome)]
     rows += list(result.transport.items())
     rows += [(f'eval {name}', value) for name, value in result.evaluation.rows()[:5]]
     rows += [('checkpoint', result.checkpoint), ('policy (TorchScript)', str(result.policy)),

@@ -123,10 +123,6 @@ def say(message: str) -> None:
         pass
 
 
-def _format_count(n: float) -> str:
-    return f'{n:.0f}' if abs(n) < 1e6 else f'{n:.3g}'
-
-
 class Progress:
     """
     Progress of a run: a tqdm bar on a terminal, a plain line every ``interval_s`` otherwise.
@@ -192,7 +188,7 @@ class Progress:
             self._line(time.monotonic())
 
     def _line(self, now: float) -> None:
-        parts = [f'{self.desc}: {_format_count(self.n)}/{_format_count(self.total)} '
+        parts = [f'{self.desc}: {self.n}/{self.total} '
                  f'{self.unit}s ({100.0 * self.n / max(1, self.total):.0f}%)']
         if self._last_time is not None and now > self._last_time:
             parts.append(f'{(self.n - self._last_n) / (now - self._last_time):.0f} '
