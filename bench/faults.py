@@ -44,6 +44,7 @@ import json
 import os
 from pathlib import Path
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -95,18 +96,31 @@ class Run:
         return subprocess.Popen(cmd, text=True, env=env, **popen)
 
     @staticmethod
-    def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:
+    def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
         """Wait for the CLI; return ``(exit status, stdout, stderr)``."""
-        out, err = proc.communicate(timeout=timeout)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a trainer that does not stop is killed
+            proc.kill()
+            out, err = proc.communicate()
+            err = (err or '') + f'\n(killed after {timeout:.0f} s)'
         return proc.returncode, out or '', err or ''
 
     def wait_training(self, proc: subprocess.Popen, lines, children: int = 0,
-                      timeout: float = 300) -> list[psutil.Process]:
-        """Read progress ``lines`` until env steps were taken; return the child processes."""
+                      timeout: float = 90) -> list[psutil.Process]:
+        """
+        Read progress ``lines`` until env steps were taken; return the child processes.
+
+        A trainer that prints no progress (off a terminal) is given ``timeout`` seconds.
+        """
         deadline = time.monotonic() + timeout
-        for line in lines:
+        while time.monotonic() < deadline and proc.poll() is None:
+            ready, _, _ = select.select([lines], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            line = lines.readline()
             match = re.match(r'\w+: (\d+)/', line)
-            if (match and int(match.group(1)) > 0) or time.monotonic() > deadline:
+            if not line or (match and int(match.group(1)) > 0):
                 break
         found = psutil.Process(proc.pid).children(recursive=True)
         while len(found) < children and time.monotonic() < deadline:
@@ -187,7 +201,7 @@ def _signal_run(run: Run, signum: int, expect: int, pipe: bool) -> Outcome:
     if pipe:
         lines.close()
     proc.send_signal(signum)
-    rc, _, err = run.finish(proc)
+    rc, _, err = run.finish(proc, timeout=120)
     saved = run.saved(since)
     orphans = run.orphans(children)
     ok = rc == expect and saved and not orphans and 'Traceback' not in err

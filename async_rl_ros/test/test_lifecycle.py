@@ -24,8 +24,8 @@ import time
 
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.envs.rtde_supervisor import NeedsPerson
-from async_rl_ros.local.lifecycle import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM,
-                                          StopRequest)
+from async_rl_ros.local.lifecycle import (check_child_exit, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
+                                          EXIT_SIGTERM, StopRequest, WorkerFailed)
 from async_rl_ros.local.output import PipeSafeStream, Progress
 import psutil
 import pytest
@@ -137,3 +137,32 @@ def test_a_child_dies_when_its_parent_is_killed(mechanism):
             parent.kill()
         if child is not None and child.is_running():
             child.kill()
+
+
+ENTRY = textwrap.dedent("""
+    from async_rl_ros.envs.rtde_supervisor import NeedsPerson
+    from async_rl_ros.local.lifecycle import child_entry
+
+    @child_entry('env worker')
+    def worker(worker_id):
+        raise NeedsPerson('the arm was halted; a person must restart the worker')
+
+    worker(3)
+""")
+
+
+def test_a_child_needing_a_person_says_so_in_one_line_and_is_not_respawned():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.run([sys.executable, '-c', ENTRY], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert child.returncode == EXIT_FAILED
+    assert child.stderr.strip().splitlines() == [
+        'env worker 3: the robot needs a person: the arm was halted; a person must restart '
+        'the worker']
+    with pytest.raises(WorkerFailed, match='env worker 3'):
+        check_child_exit('env worker 3', child.returncode)
+    check_child_exit('env worker 3', -9)  # killed: the runner respawns it
+    stop = StopRequest(notify=lambda _: None)
+    with stop.contain():
+        check_child_exit('env worker 3', EXIT_FAILED)
+    assert stop.exit_code() == EXIT_FAILED

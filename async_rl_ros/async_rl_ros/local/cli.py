@@ -35,8 +35,8 @@ from typing import Any, Sequence
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, LocalRunnerConfig, NODE_SECTIONS)
 from async_rl_ros.core.learning.evaluation import run_episodes
-from async_rl_ros.local.lifecycle import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGINT,
-                                          expected_failures, StopRequest)
+from async_rl_ros.local.lifecycle import (describe_failure, EXIT_BAD_INPUT, EXIT_FAILED,
+                                          EXIT_SIGINT, expected_failures, StopRequest)
 from async_rl_ros.local.output import guard_output, say
 import numpy as np
 import yaml
@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f'async-rl-train: checkpoint error: {exc}')
         return EXIT_BAD_INPUT
     except expected_failures() as exc:
-        say(f'async-rl-train: {type(exc).__name__}: {exc}')
+        say(f'async-rl-train: {describe_failure(exc)}: {exc}')
         return EXIT_FAILED
     except KeyboardInterrupt:
         if stop.signum is not None and not training:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import multiprocessing
 import os
 import signal
@@ -56,8 +57,9 @@ from typing import Any, Callable, Iterator
 
 from async_rl_ros.local.output import guard_output, say
 
-__all__ = ['StopRequest', 'StopRun', 'stop_scope', 'restore_last_good', 'die_with_parent',
-           'init_child', 'EXIT_OK', 'EXIT_ERROR',
+__all__ = ['StopRequest', 'StopRun', 'WorkerFailed', 'stop_scope', 'restore_last_good',
+           'die_with_parent', 'init_child', 'child_entry', 'check_child_exit',
+           'describe_failure', 'EXIT_OK', 'EXIT_ERROR',
            'EXIT_BAD_INPUT', 'EXIT_FAILED', 'EXIT_SIGINT', 'EXIT_SIGTERM', 'expected_failures']
 
 EXIT_OK = 0
@@ -74,6 +76,10 @@ _SIGNAL_NAMES = {signal.SIGINT: 'SIGINT (Ctrl-C)', signal.SIGTERM: 'SIGTERM'}
 
 class StopRun(Exception):
     """Raised by a step callback to leave a training loop that has no ``should_stop``."""
+
+
+class WorkerFailed(RuntimeError):
+    """A child process stopped on an expected failure (it printed the reason itself)."""
 
 
 class StopRequest:
@@ -170,7 +176,7 @@ class StopRequest:
             yield self
         except expected_failures() as exc:
             self.failure = exc
-            self.request(f'{_failure_name(exc)}: {exc}')
+            self.request(f'{describe_failure(exc)}: {exc}')
             if on_failure is not None:
                 on_failure(exc)
 
@@ -195,16 +201,19 @@ def expected_failures() -> tuple[type[BaseException], ...]:
     """Return the exception types a run reports instead of raising (imported on demand)."""
     from async_rl_ros.core.learning.doctor import TrainingDiverged
     from async_rl_ros.envs.rtde_supervisor import NeedsPerson
-    return TrainingDiverged, NeedsPerson
+    return TrainingDiverged, NeedsPerson, WorkerFailed
 
 
-def _failure_name(exc: BaseException) -> str:
+def describe_failure(exc: BaseException) -> str:
+    """Name an expected failure in words (``training diverged`` ...)."""
     from async_rl_ros.core.learning.doctor import TrainingDiverged
     from async_rl_ros.envs.rtde_supervisor import NeedsPerson
     if isinstance(exc, TrainingDiverged):
         return 'training diverged'
     if isinstance(exc, NeedsPerson):
         return 'the robot needs a person'
+    if isinstance(exc, WorkerFailed):
+        return 'a worker failed'
     return type(exc).__name__
 
 
@@ -317,3 +326,40 @@ def init_child(parent_pid: int | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     guard_output()
     die_with_parent(parent_pid)
+
+
+def child_entry(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """
+    Decorate the entry point of a runner's child process, e.g. ``_worker_main``.
+
+    The child first calls :func:`init_child` (dies with its parent, pipe-safe output, no
+    SIGINT). An expected failure (:class:`NeedsPerson` ...) ends it with one line on stderr
+    and exit status ``EXIT_FAILED`` instead of a traceback; the parent turns that status into
+    :class:`WorkerFailed` with :func:`check_child_exit` rather than respawning the child.
+
+    :param label: names the child in the line (its first argument, the id, is appended).
+    """
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            init_child()
+            try:
+                return fn(*args, **kwargs)
+            except expected_failures() as exc:
+                who = f'{label} {args[0]}' if args else label
+                say(f'{who}: {describe_failure(exc)}: {exc}')
+                sys.exit(EXIT_FAILED)
+        return entry
+    return wrap
+
+
+def check_child_exit(name: str, exitcode: int | None) -> None:
+    """
+    Raise :class:`WorkerFailed` if a child ended on an expected failure (do not respawn it).
+
+    :param name: the child, for the message.
+    :param exitcode: its ``multiprocessing.Process.exitcode``.
+    """
+    if exitcode == EXIT_FAILED:
+        raise WorkerFailed(f'{name} stopped on a failure it cannot recover from (its reason '
+                           'is the line above)')

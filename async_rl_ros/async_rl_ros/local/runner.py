@@ -54,7 +54,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.codec import CodecError, WeightDecoder
 from async_rl_ros.core.weights.publisher import PolicyPublisher
-from async_rl_ros.local.lifecycle import init_child
+from async_rl_ros.local.lifecycle import check_child_exit, child_entry
 from async_rl_ros.local.weight_board import WeightBoard
 import numpy as np
 
@@ -80,11 +80,11 @@ def default_num_workers() -> int:
 
 
 # ---------------------------------------------------------------------- worker process
+@child_entry('env worker')  # dies with the runner; NeedsPerson: one line, exit 3, no respawn
 def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: int,
                  warmup: int, seed: int, out: Any, board_name: str, stop: Any,
                  round_counter: Any, sync: bool, produced: Any, allowance: Any) -> None:
     """Run one env worker until ``stop`` is set (the body of a worker process)."""
-    init_child()  # die with the runner however it ends; no SIGINT (we stop through ``stop``)
     import torch
 
     from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
@@ -217,6 +217,7 @@ class LocalRunner:
     def _respawn_dead(self) -> None:
         for worker_id, handle in list(self.workers.items()):
             if not handle.process.is_alive() and not self.stop_event.is_set():
+                check_child_exit(f'env worker {worker_id}', handle.process.exitcode)
                 _LOG.warning('env worker %d exited (code %s); respawning', worker_id,
                              handle.process.exitcode)
                 self._spawn(worker_id)
