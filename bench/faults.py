@@ -101,10 +101,14 @@ class Run:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # a trainer that does not stop is killed
-            proc.kill()
-            out, err = proc.communicate()
-            err = (err or '') + f'\n(killed after {timeout:.0f} s)'
-        return proc.returncode, out or '', err or ''
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # orphaned children hold the pipes open
+                out, err = '', ''
+            err = (err or '') + f'\n(no end of output after {timeout:.0f} s)'
+        return proc.wait(timeout=60), out or '', err or ''
 
     def wait_training(self, proc: subprocess.Popen, lines, children: int = 0,
                       timeout: float = 90) -> list[psutil.Process]:
