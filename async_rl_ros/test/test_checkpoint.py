@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
 import random
 import signal
 import subprocess
@@ -259,3 +260,54 @@ def test_killed_writer_never_leaves_a_broken_checkpoint(tmp_path):
     assert not list(tmp_path.glob('.ckpt_*.tmp'))
     assert len(manager.list()) == 3
     assert time.monotonic() - start < 60.0
+
+
+# ---------------------------------------------------------------------- resume errors
+def small_learner(tmp_path, hidden=(32, 32)):
+    from async_rl_ros.core.config import LearnerConfig
+    from async_rl_ros.core.learning.learner import Learner
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(hidden),
+                                     'batch.initial_batch': 64, 'batch.min_batch': 8,
+                                     'replay.capacity': 1000,
+                                     'checkpoint.directory': str(tmp_path / 'ckpt')})
+    return Learner(cfg, 21, 6)
+
+
+def test_resume_names_the_corrupt_file_and_the_one_it_loads(tmp_path):
+    from async_rl_ros.core.learning.resume import CheckpointError, resume_learner
+    learner = small_learner(tmp_path)
+    with pytest.raises(CheckpointError, match='no checkpoint to resume from'):
+        resume_learner(learner)  # --resume never silently starts afresh
+    learner.env_steps = 300
+    older = pathlib.Path(learner.save_checkpoint())
+    learner.env_steps, learner.updates = 500, 1
+    newest = pathlib.Path(learner.save_checkpoint())
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated
+    fresh = small_learner(tmp_path)
+    found = resume_learner(fresh)
+    assert found.path == older and fresh.env_steps == 300
+    assert [(p, 'truncated' in why) for p, why in found.skipped] == [(newest, True)]
+    newest.write_bytes(b'')
+    assert 'empty file (0 bytes)' in resume_learner(small_learner(tmp_path)).skipped[0][1]
+    older.write_bytes(b'')
+    with pytest.raises(CheckpointError, match='no usable checkpoint') as info:
+        resume_learner(small_learner(tmp_path))
+    assert older.name in str(info.value) and newest.name in str(info.value)
+
+
+def test_resume_skips_non_finite_weights_and_refuses_another_architecture(tmp_path):
+    from async_rl_ros.core.learning.resume import CheckpointError, resume_learner
+    learner = small_learner(tmp_path)
+    good = pathlib.Path(learner.save_checkpoint())
+    learner.updates = 1
+    with torch.no_grad():
+        learner.sac.actor.mean_head.weight[0, 0] = float('nan')
+    bad = pathlib.Path(learner.save_checkpoint())
+    found = resume_learner(small_learner(tmp_path))
+    assert found.path == good
+    assert found.skipped[0][0] == bad and 'non-finite weights in sac.actor' in found.skipped[0][1]
+    with pytest.raises(CheckpointError) as info:
+        resume_learner(small_learner(tmp_path, hidden=(64, 64)))
+    message = str(info.value)
+    assert 'learner.sac.hidden_sizes = [32, 32] in the checkpoint but [64, 64]' in message
+    assert '\n' not in message

@@ -162,3 +162,16 @@ def test_an_unknown_key_without_a_close_match_lists_its_group_in_a_short_line():
     with pytest.raises(ConfigError) as err:
         LearnerConfig.from_flat({'zzz': 1}, prefix='learner.')
     assert 'sac.*' in str(err.value) and 'sac.gamma' not in str(err.value)
+
+
+def test_a_non_utf8_or_empty_file_is_one_clear_error(tmp_path):
+    latin = tmp_path / 'latin1.yaml'
+    latin.write_bytes('env_worker:\n  ros__parameters:\n    seed: 1  # caf\xe9\n'
+                      .encode('latin-1'))
+    with pytest.raises(ConfigError, match='UTF-8') as info:
+        load_node_config(latin, 'env_worker', EnvWorkerConfig)
+    assert str(latin) in str(info.value) and '0xe9' in str(info.value)
+    for text in ('', '# only a comment\n'):
+        with pytest.raises(ConfigError, match='holds none') as info:
+            load_node_config(write(tmp_path, text), 'env_worker', EnvWorkerConfig)
+        assert 'params.yaml' in str(info.value)

@@ -12,7 +12,12 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""``async-rl-train`` trains SAC and leaves every artifact a run should leave behind."""
+"""
+``async-rl-train`` trains SAC and leaves every artifact a run should leave behind.
+
+However the run ends: finished, SIGINT or SIGTERM (through a pipe whose reader is gone too),
+a diverged training; SIGKILL leaves no worker process behind; bad input is one line, exit 2.
+"""
 
 import os
 import pathlib
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 import torch
 
@@ -31,13 +37,52 @@ TINY = ['--set', 'learner.sac.hidden_sizes=[32, 32]', '--set', 'learner.batch.in
         '--set', 'learner.replay.capacity=20000', '--episodes', '2']
 
 
+posix = pytest.mark.skipif(sys.platform == 'win32', reason='POSIX signals')
+
+
 def run_cli(tmp_path, *args, **kwargs):
     cmd = [sys.executable, '-m', 'async_rl_ros.local.cli', *TINY,
            '--set', f'learner.log_dir={tmp_path}/run',
            '--set', f'learner.checkpoint.directory={tmp_path}/run/ckpt', *args]
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, **kwargs)
+    kwargs.setdefault('stdout', subprocess.PIPE)
+    kwargs.setdefault('stderr', subprocess.PIPE)
+    return subprocess.Popen(cmd, text=True, env=env, **kwargs)
+
+
+def wait_for_training(proc, children=0, timeout=300):
+    """Read stderr until a progress line shows env steps; return the child processes."""
+    deadline = time.monotonic() + timeout
+    for line in proc.stderr:  # a pipe: plain progress lines
+        match = re.match(r'\w+: (\d+)/', line)
+        if match and int(match.group(1)) > 0:
+            break
+        assert time.monotonic() < deadline, 'training did not start'
+    found = psutil.Process(proc.pid).children(recursive=True)
+    while len(found) < children and time.monotonic() < deadline:
+        time.sleep(0.2)
+        found = psutil.Process(proc.pid).children(recursive=True)
+    assert len(found) >= children, found
+    return found
+
+
+def assert_saved(tmp_path, start_mtime=0.0):
+    run = tmp_path / 'run'
+    checkpoints = sorted((run / 'ckpt').glob('ckpt_*.pt'))
+    assert checkpoints, 'no final checkpoint'
+    assert checkpoints[-1].stat().st_mtime >= start_mtime
+    state = torch.load(checkpoints[-1], weights_only=False)
+    assert state['counters']['env_steps'] > 0
+    assert torch.jit.load(str(run / 'policy.pt'))(torch.zeros(21)).shape == (6,)
+    return state
+
+
+def assert_gone(processes, timeout=30.0):
+    gone, alive = psutil.wait_procs(processes, timeout=timeout)
+    left = [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for p in alive:
+        p.kill()
+    assert not left, f'processes outlived the trainer: {left}'
 
 
 def event_tags(path) -> set[str]:
@@ -54,6 +99,11 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     assert proc.returncode == 0, err
     run = tmp_path / 'run'
     assert 'SAC async' in out and 'eval success rate' in out
+    assert re.search(r'^outcome\s+finished$', out, re.MULTILINE), out
+    # stderr is a pipe, not a terminal: plain progress lines, no carriage returns.
+    lines = re.findall(r'^async: (\d+)/400 steps', err, re.MULTILINE)
+    assert len(lines) >= 2 and int(lines[-1]) >= 400, err
+    assert '\r' not in err
     assert list((run / 'ckpt').glob('ckpt_*.pt'))
     assert (run / 'learning_curve.png').stat().st_size > 10_000
     events = list((run / 'tensorboard').glob('events.out.tfevents.*'))
@@ -75,22 +125,140 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert second.returncode == 0, err
     assert 'resumed from' in err and 'at 300 env steps' in err
     assert re.search(r'^env steps, updates\s+500, ', out, re.MULTILINE), out
+    # A truncated newest checkpoint: named as skipped, the older one is loaded.
+    older, newest = sorted((tmp_path / 'run' / 'ckpt').glob('ckpt_*.pt'))[-2:]
+    newest.write_bytes(newest.read_bytes()[:2000])
+    third = run_cli(tmp_path, '--steps', '600', '--resume', '--mode', 'single')
+    out, err = third.communicate(timeout=600)
+    assert third.returncode == 0, err
+    assert f'checkpoint {newest} skipped: truncated' in err
+    assert f'resumed from {older} at 300 env steps' in err
 
 
-@pytest.mark.skipif(sys.platform == 'win32', reason='POSIX signals')
-def test_ctrl_c_writes_a_final_checkpoint_and_exits_cleanly(tmp_path):
+@posix
+def test_ctrl_c_writes_a_final_checkpoint_and_exits_130(tmp_path):
     proc = run_cli(tmp_path, '--steps', '1000000', '--mode', 'single')
-    deadline = time.time() + 300
-    tb = tmp_path / 'run' / 'tensorboard'
-    while time.time() < deadline and not list(tb.glob('events.out.tfevents.*')):
-        time.sleep(0.5)
-    time.sleep(3.0)  # let it train a little
+    wait_for_training(proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err
     assert 'Traceback' not in err
-    assert re.search(r'^stopped early \(Ctrl-C\)\s+yes$', out, re.MULTILINE), out
-    checkpoints = sorted(pathlib.Path(tmp_path / 'run' / 'ckpt').glob('ckpt_*.pt'))
-    assert checkpoints
-    state = torch.load(checkpoints[-1], weights_only=False)
-    assert state['counters']['env_steps'] > 0
+    assert re.search(r'^outcome\s+stopped by SIGINT \(Ctrl-C\)$', out, re.MULTILINE), out
+    assert_saved(tmp_path)
+
+
+@posix
+def test_sigterm_saves_everything_exits_143_and_stops_the_workers(tmp_path):
+    proc = run_cli(tmp_path, '--steps', '1000000', '--workers', '1',
+                   '--set', 'local_runner.stats_interval_s=0.2')
+    children = wait_for_training(proc, children=2)  # a worker, the resource tracker
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err
+    assert 'Traceback' not in err and 'SIGTERM: stopping' in err
+    assert re.search(r'^outcome\s+stopped by SIGTERM$', out, re.MULTILINE), out
+    assert_saved(tmp_path)
+    assert_gone(children)
+
+
+@posix
+def test_ctrl_c_through_a_pipe_whose_reader_is_gone_still_saves(tmp_path):
+    """``async-rl-train 2>&1 | tee log``, then Ctrl-C: tee dies first."""
+    read_fd, write_fd = os.pipe()
+    proc = run_cli(tmp_path, '--steps', '1000000', '--workers', '1',
+                   '--set', 'local_runner.stats_interval_s=0.2', stdout=write_fd,
+                   stderr=subprocess.STDOUT)
+    os.close(write_fd)
+    reader = os.fdopen(read_fd, 'r')
+    for line in reader:  # read like tee until training is under way
+        match = re.match(r'async: (\d+)/', line)
+        if match and int(match.group(1)) > 0:
+            break
+    start = time.time()
+    reader.close()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130
+    assert_saved(tmp_path, start_mtime=start - 1.0)
+
+
+@posix
+def test_sigkill_of_the_trainer_leaves_no_process_behind(tmp_path):
+    proc = run_cli(tmp_path, '--steps', '1000000', '--workers', '1',
+                   '--set', 'local_runner.stats_interval_s=0.2', stdout=subprocess.DEVNULL)
+    children = wait_for_training(proc, children=2)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert_gone(children)
+
+
+def write_checkpoint(tmp_path, poison=None):
+    """Write a checkpoint of the TINY learner (hidden sizes 32, 32) into the run directory."""
+    from async_rl_ros.core.config import LearnerConfig
+    from async_rl_ros.core.learning.learner import Learner
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': [32, 32],
+                                     'checkpoint.directory': str(tmp_path / 'run' / 'ckpt')})
+    learner = Learner(cfg, 21, 6)
+    if poison is not None:
+        poison(learner)
+    return pathlib.Path(learner.save_checkpoint())
+
+
+def diverged_temperature(learner):
+    """Set log(alpha) = 100: alpha overflows float32, every loss is non-finite."""
+    with torch.no_grad():
+        learner.sac.log_alpha.fill_(100.0)
+
+
+def test_diverged_training_saves_and_reports_in_one_line(tmp_path):
+    poisoned = write_checkpoint(tmp_path, diverged_temperature)
+    proc = run_cli(tmp_path, '--steps', '2000', '--mode', 'single', '--resume',
+                   '--set', 'learner.doctor.max_consecutive_skips=5')
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 3, err
+    assert 'Traceback' not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith('async-rl-train: training diverged: ') and 'last good state' in last
+    state = assert_saved(tmp_path)
+    assert state['checkpoint']['step'] > torch.load(poisoned, weights_only=False)['counters'][
+        'updates']
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize('case, needle', [
+    ('latin-1 config', 'is not UTF-8'),
+    ('empty config', 'holds none'),
+    ('no checkpoint', 'no checkpoint to resume from'),
+    ('empty checkpoint', 'empty file (0 bytes)'),
+    ('truncated checkpoint', 'truncated'),
+    ('other hidden sizes', 'learner.sac.hidden_sizes = [32, 32] in the checkpoint but [64, 64]'),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case, needle):
+    args = ['--mode', 'single', '--steps', '300']
+    config = tmp_path / 'params.yaml'
+    if case == 'latin-1 config':
+        config.write_bytes('learner:\n  ros__parameters:\n    seed: 1  # d\xe9j\xe0\n'
+                           .encode('latin-1'))
+        args += ['--config', str(config)]
+    elif case == 'empty config':
+        config.write_text('')
+        args += ['--config', str(config)]
+    else:
+        args.append('--resume')
+        if case != 'no checkpoint':
+            path = write_checkpoint(tmp_path)
+            if case == 'empty checkpoint':
+                path.write_bytes(b'')
+            elif case == 'truncated checkpoint':
+                truncate(path)
+            else:
+                args += ['--set', 'learner.sac.hidden_sizes=[64, 64]']
+    proc = run_cli(tmp_path, *args)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    lines = [line for line in err.strip().splitlines()
+             if not line.startswith('pybullet build time')]  # PyBullet's banner, from C
+    assert len(lines) == 1 and lines[0].startswith('async-rl-train: '), err
+    assert needle in lines[0]

@@ -286,10 +286,18 @@ def load_yaml_parameters(path: str | Path) -> dict[str, dict[str, Any]]:
         text = Path(path).read_text(encoding='utf-8')
     except OSError as exc:
         raise ConfigError('config', source, f'a readable file ({exc.strerror})') from None
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start]
+        raise ConfigError('config', source, f'a UTF-8 text file (byte 0x{bad:02x} at offset '
+                          f'{exc.start} is not UTF-8)') from None
     try:
-        tree = yaml.safe_load(text) or {}
+        tree = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError('config', source, f'valid YAML ({exc})') from None
+        raise ConfigError('config', source,
+                          'valid YAML (' + ' '.join(str(exc).split()) + ')') from None
+    if tree is None:
+        raise ConfigError('config', source, 'a file with node_name: {ros__parameters: ...} '
+                          'entries; this one holds none (leave --config out for the defaults)')
     if not isinstance(tree, Mapping):
         raise ConfigError('<top level>', type(tree).__name__,
                           'a mapping of node names to {ros__parameters: ...}', source)

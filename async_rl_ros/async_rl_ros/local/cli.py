@@ -15,8 +15,14 @@
 """
 ``async-rl-train``: the no-ROS entry point.
 
-It reads the same ``ros__parameters`` YAML the ROS 2 nodes read. Configuration errors print
-one line naming the key, its value and what is allowed, and exit with status 2.
+It reads the same ``ros__parameters`` YAML the ROS 2 nodes read. Every expected failure ends
+in one line on stderr, never a traceback: a configuration error names the key, its value and
+what is allowed; a checkpoint error names the file and what is wrong (both exit 2). SIGINT and
+SIGTERM stop the run cleanly whatever stdout is (a pipe whose reader is gone included): the
+final checkpoint and artifacts are written, then the exit status is 130 or 143. A diverged
+training run or a robot that needs a person exits 3 after saving. The exit codes are listed in
+:mod:`async_rl_ros.local.lifecycle`. Progress is a bar on a terminal and a plain line every
+``local_runner.stats_interval_s`` otherwise.
 """
 
 from __future__ import annotations
@@ -29,12 +35,15 @@ from typing import Any, Sequence
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, LocalRunnerConfig, NODE_SECTIONS)
 from async_rl_ros.core.learning.evaluation import run_episodes
+from async_rl_ros.local.lifecycle import (describe_failure, EXIT_BAD_INPUT, EXIT_FAILED,
+                                          EXIT_SIGINT, expected_failures, StopRequest)
+from async_rl_ros.local.output import guard_output, say
 import numpy as np
 import yaml
 
 __all__ = ['main', 'default_config_path', 'parse_overrides', 'print_table', 'summary_rows']
 
-EXIT_CONFIG_ERROR = 2
+EXIT_CONFIG_ERROR = EXIT_BAD_INPUT
 
 
 def default_config_path() -> Path | None:
@@ -73,7 +82,8 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
         print(f'{name:<{width}}  {value}')
 
 
-def summary_rows(summary: dict[str, Any], evaluation: Any) -> list[tuple[str, str]]:
+def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
+                 ) -> list[tuple[str, str]]:
     """Return the end-of-run table from ``summary.json``'s data and the final evaluation."""
     s = summary
     workers = f", worker processes: {s['workers']}" if 'workers' in s else ''
@@ -81,7 +91,7 @@ def summary_rows(summary: dict[str, Any], evaluation: Any) -> list[tuple[str, st
             ('env steps, updates', f"{s['env_steps']}, {s['updates']}"),
             ('wall time', f"{s['wall_time_s']:.0f} s"),
             ('samples/s, updates/s', f"{s['samples_per_s']:.0f}, {s['updates_per_s']:.1f}"),
-            ('stopped early (Ctrl-C)', 'yes' if s.get('interrupted') else 'no')]
+            ('outcome', outcome)]
     if 'transition_lag_p50' in s:
         rows.append(('policy lag p50 / p99 / max', ' / '.join(
             f"{s[f'transition_lag_{k}']:.0f}" for k in ('p50', 'p99', 'max')) + ' versions'))
@@ -89,18 +99,17 @@ def summary_rows(summary: dict[str, Any], evaluation: Any) -> list[tuple[str, st
         rows.append(('dropped batches, rejected packets, respawns',
                      f"{s['dropped_batches']}, {s['rejected_packets']}, {s['respawns']}"))
     if s.get('weights_reduction') is not None:
-        rows.append(('weights received, bytes vs fp32',
-                     f"{s['weights_packets']} packets, {100 * s['weights_reduction']:.1f} % "
-                     'fewer bytes'))
+        rows.append(('weights received', f"{s['weights_policies_received']} policies, "
+                     f"{100 * s['weights_reduction']:.1f} % fewer bytes than fp32"))
     rows += [(f'eval {name}', value) for name, value in evaluation.rows()[:5]]
     if 'exported_policy_version' in s:
         rows.append(('exported policy', f"version {s['exported_policy_version']} (evaluated "
                      f"{100 * s['exported_policy_success_rate']:.0f} % at "
                      f"{s['exported_policy_env_steps']} env steps)"))
+    log_dir = Path(s['policy']).parent
     rows += [('checkpoint', s['checkpoint']), ('policy (TorchScript)', s['policy']),
-             ('learning curve', s['learning_curve']),
-             ('summary', str(Path(s['policy']).parent / 'summary.json')),
-             ('TensorBoard', f"tensorboard --logdir {Path(s['policy']).parent}")]
+             ('learning curve', s['learning_curve']), ('summary', str(log_dir / 'summary.json')),
+             ('TensorBoard', f'tensorboard --logdir {log_dir}')]
     return rows
 
 
@@ -175,38 +184,67 @@ def _load(args: argparse.Namespace
     return path, env_cfg, learner_cfg, runner_cfg
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``async-rl-train``; returns the process exit status."""
-    args = _build_parser().parse_args(argv)
-    progress = sys.stderr.isatty()
-    try:
-        config_path, env_cfg, learner_cfg, runner_cfg = _load(args)
-        if args.policy == 'sac':
-            from async_rl_ros.local.train import train
-            mode = runner_cfg.mode
-            result = train(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
-                           progress=progress, eval_episodes=args.episodes)
-            print_table(f'UR5 reach, SAC {mode} (config: {config_path})',
-                        summary_rows(result.summary, result.evaluation))
-            return 0
-        from async_rl_ros.envs.reach_env import UR5ReachEnv
-        from async_rl_ros.envs.scripted import ScriptedReachPolicy
-        env = UR5ReachEnv(env_cfg, render_mode='human' if args.render else None)
-    except ConfigError as exc:
-        print(f'async-rl-train: configuration error: {exc}', file=sys.stderr)
-        return EXIT_CONFIG_ERROR
+def _train(args: argparse.Namespace, stop: StopRequest) -> int:
+    config_path, env_cfg, learner_cfg, runner_cfg = _load(args)
+    from async_rl_ros.local.train import train
+    result = train(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
+                   eval_episodes=args.episodes, stop=stop)
+    print_table(f'UR5 reach, SAC {runner_cfg.mode} (config: {config_path})',
+                summary_rows(result.summary, result.evaluation, stop.outcome))
+    if stop.failure is not None:
+        say(f'async-rl-train: {stop.outcome}')
+    return stop.exit_code()
+
+
+def _control(args: argparse.Namespace, stop: StopRequest) -> int:
+    """Run the scripted or the random controller (no training, nothing to save)."""
+    config_path, env_cfg, _, _ = _load(args)
+    from async_rl_ros.envs.reach_env import UR5ReachEnv
+    from async_rl_ros.envs.scripted import ScriptedReachPolicy
+    env = UR5ReachEnv(env_cfg, render_mode='human' if args.render else None)
     try:
         if args.policy == 'scripted':
             policy = ScriptedReachPolicy(np.asarray(env.speed))
         else:
             env.action_space.seed(env_cfg.seed)
             policy = (lambda _obs: env.action_space.sample())  # noqa: E731
-        stats = run_episodes(env, policy, args.episodes, env_cfg.seed, progress=progress)
+        stats = run_episodes(env, policy, args.episodes, env_cfg.seed,
+                             progress=sys.stderr.isatty())
     finally:
         env.close()
     print_table(f'UR5 reach, {args.policy} policy '
                 f'(config: {config_path or "built-in defaults"})', stats.rows())
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``async-rl-train``; returns the process exit status."""
+    guard_output()
+    args = _build_parser().parse_args(argv)
+    from async_rl_ros.core.learning.resume import CheckpointError
+    training = args.policy == 'sac'
+    # Training polls the stop request and saves; a controller has nothing to save, so there
+    # the first signal interrupts at once (and its env is closed on the way out).
+    stop = StopRequest(interrupt=not training)
+    try:
+        with stop:
+            return _train(args, stop) if training else _control(args, stop)
+    except ConfigError as exc:
+        say(f'async-rl-train: configuration error: {exc}')
+        return EXIT_CONFIG_ERROR
+    except CheckpointError as exc:
+        say(f'async-rl-train: checkpoint error: {exc}')
+        return EXIT_BAD_INPUT
+    except expected_failures() as exc:
+        say(f'async-rl-train: {describe_failure(exc)}: {exc}')
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        if stop.signum is not None and not training:
+            say(f'async-rl-train: {stop.outcome}')
+            return stop.exit_code()
+        say('async-rl-train: aborted; the final checkpoint was not written'
+            if training else 'async-rl-train: interrupted')
+        return EXIT_SIGINT
 
 
 if __name__ == '__main__':

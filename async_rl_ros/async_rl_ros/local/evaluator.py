@@ -30,15 +30,14 @@ from typing import Any, Sequence
 from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.local.lifecycle import child_entry
 
 __all__ = ['EvaluatorProcess']
 
 
+@child_entry('evaluator')  # dies with the learner; SIGINT ignored (stopped via ``stop``)
 def _evaluator_main(env_flat: dict, hidden: Sequence[int], episodes: int, jobs: Any,
                     results: Any, stop: Any) -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped through ``stop``
     import torch
 
     from async_rl_ros.core.workers.inline import PolicyEvaluator
@@ -50,7 +49,7 @@ def _evaluator_main(env_flat: dict, hidden: Sequence[int], episodes: int, jobs: 
     env = make_reach_env(cfg)
     evaluator = PolicyEvaluator(env, hidden, episodes)
     try:
-        while not stop.is_set():
+        while not stop.value:
             try:
                 state = jobs.get(timeout=0.2)
             except queue.Empty:
@@ -71,7 +70,8 @@ class EvaluatorProcess:
 
     def __init__(self, env_cfg: EnvWorkerConfig, hidden: Sequence[int], episodes: int):
         ctx = mp.get_context('spawn')
-        self._jobs, self._results, self._stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+        self._jobs, self._results = ctx.Queue(), ctx.Queue()
+        self._stop = ctx.Value('b', 0, lock=False)  # lock-free: a killed child holds no lock
         self.process = ctx.Process(target=_evaluator_main, name='evaluator', daemon=True,
                                    args=(env_cfg.to_flat(), tuple(hidden), int(episodes),
                                          self._jobs, self._results, self._stop))
@@ -100,7 +100,7 @@ class EvaluatorProcess:
 
     def close(self) -> None:
         """Stop the process (it is a daemon: it never outlives the trainer)."""
-        self._stop.set()
+        self._stop.value = 1
         self.process.join(timeout=5.0)
         if self.process.is_alive():
             self.process.kill()

@@ -52,6 +52,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
+from async_rl_ros.local.lifecycle import check_child_exit, child_entry
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 
 __all__ = ['LocalTransport', 'default_num_workers']
@@ -89,12 +90,10 @@ class _Shared:
     sync: bool
 
 
+@child_entry('env worker')  # dies with the learner; SIGINT ignored (stopped via ``stop``)
 def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: int,
                  restarts: int, shared: _Shared) -> None:
     """Run one env worker until ``shared.stop`` is set (the body of a worker process)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner stops us through ``stop``
     import torch
 
     from async_rl_ros.core.workers.runtime import build_worker, WorkerRuntime
@@ -306,6 +305,8 @@ class LocalTransport:
         self._last_check = now
         for worker_id, handle in list(self.workers.items()):
             if not handle.process.is_alive() and not self.shared.stop.value:
+                # A worker that stopped on NeedsPerson is not respawned: the run stops.
+                check_child_exit(f'env worker {worker_id}', handle.process.exitcode)
                 _LOG.warning('env worker %d exited (code %s); respawning', worker_id,
                              handle.process.exitcode)
                 self._spawn(worker_id)

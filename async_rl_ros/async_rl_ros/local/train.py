@@ -19,16 +19,16 @@ Training runs without ROS: the training loop driven in one process or with worke
 snapshots inline. ``async`` / ``sync``: env-worker processes (:class:`LocalTransport`) and an
 evaluator process. Either way the same :class:`TrainingLoop` trains and the same artifacts
 come out under ``learner.log_dir``: TensorBoard logs, checkpoints, ``policy.pt`` (the best
-evaluated policy), ``learning_curve.png`` and ``summary.json``. Ctrl-C stops the run (every
-process) and still writes the final checkpoint and artifacts.
+evaluated policy), ``learning_curve.png`` and ``summary.json``. SIGINT and SIGTERM
+(:class:`~async_rl_ros.local.lifecycle.StopRequest`) and an expected failure such as
+``TrainingDiverged`` stop the run (every process) and still write the final checkpoint and
+the artifacts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-import signal
-import sys
 import time
 from typing import Any, Callable
 
@@ -38,9 +38,12 @@ from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.workers.inline import InlineWorker, PolicyEvaluator
 from async_rl_ros.core.workers.runtime import build_worker
 from async_rl_ros.envs.reach_task import reach_goal_spec
+from async_rl_ros.local.lifecycle import restore_last_good, stop_scope, StopRequest
+from async_rl_ros.local.output import Progress, say
 import torch
 
 __all__ = ['TrainResult', 'LocalRun', 'train']
@@ -60,30 +63,12 @@ class TrainResult:
         return self.run.summary
 
 
-class _StopFlag:
-    """Turn the first SIGINT into a request to stop cleanly (the second one is fatal)."""
-
-    def __init__(self):
-        self.stop = False
-        self._previous = None
-
-    def __enter__(self) -> '_StopFlag':
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.stop = True
-        signal.signal(signal.SIGINT, self._previous)  # a second Ctrl-C interrupts at once
-        print('\nstopping after this step: writing the final checkpoint ...', file=sys.stderr)
-
-    def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGINT, self._previous)
-
-
 def _resume(learner: Learner, resume: bool) -> None:
-    if resume and learner.resume() is not None:
-        print(f'resumed from {learner.checkpoints.latest()} at {learner.env_steps} env steps',
-              file=sys.stderr)
+    if resume:  # raises CheckpointError (one line, exit 2 in the CLI) when nothing fits
+        found = resume_learner(learner)
+        for path, why in found.skipped:
+            say(f'checkpoint {path} skipped: {why}')
+        say(f'resumed from {found.path} at {learner.env_steps} env steps')
 
 
 class LocalRun:
@@ -182,7 +167,8 @@ class LocalRun:
 
 def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
           runner_cfg: LocalRunnerConfig | None = None, *, resume: bool = False,
-          progress: bool = True, eval_episodes: int | None = None) -> TrainResult:
+          progress: bool = True, eval_episodes: int | None = None,
+          stop: StopRequest | None = None) -> TrainResult:
     """
     Train SAC on the reach task (``local_runner.mode``: single, async or sync).
 
@@ -192,15 +178,16 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
     :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
     :param progress: show a progress bar.
     :param eval_episodes: final evaluation episodes (default: ``cfg.eval_episodes``).
+    :param stop: a :class:`~async_rl_ros.local.lifecycle.StopRequest` (default: one that
+        handles SIGINT and SIGTERM during the run).
     """
-    from tqdm import tqdm
-
-    run = LocalRun(env_cfg, cfg, runner_cfg or LocalRunnerConfig())
+    runner_cfg = runner_cfg or LocalRunnerConfig()
+    run = LocalRun(env_cfg, cfg, runner_cfg)
     try:
         learner, loop = run.learner, run.loop
         _resume(learner, resume)
-        bar = tqdm(total=cfg.total_env_steps, initial=learner.env_steps, desc=run.mode,
-                   unit='step', disable=not progress, dynamic_ncols=True, smoothing=0.05)
+        bar = Progress(total=cfg.total_env_steps, initial=learner.env_steps, desc=run.mode,
+                       unit='step', enabled=progress, interval_s=runner_cfg.stats_interval_s)
 
         def on_report(metrics: dict[str, float]) -> None:
             bar.update(learner.env_steps - bar.n)
@@ -213,9 +200,12 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
         loop.on_report = on_report
         start = time.perf_counter()
         try:
-            with _StopFlag() as flag:
-                run.run(should_stop=lambda: flag.stop)
-                interrupted = flag.stop
+            with stop_scope(stop) as flag:
+                # An expected failure (training diverged, a robot that needs a person) is
+                # recorded, the last good state restored, and everything saved as after Ctrl-C.
+                with flag.contain(lambda exc: restore_last_good(learner, flag)):
+                    run.run(should_stop=flag)
+                interrupted = flag.requested or flag.failure is not None
         finally:
             bar.close()
         result, evaluation = run.finish(

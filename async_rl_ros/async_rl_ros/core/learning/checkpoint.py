@@ -37,6 +37,9 @@ What a learner checkpoint holds (a flat ``dict``; the learner builds it):
   the ``keep_last`` checkpoints carries its own copy. Restore with
   ``buf.load_state_dict(unpack_replay_buffer(state['replay_buffer']))``.
 
+Resuming (``--resume``) goes through :mod:`async_rl_ros.core.learning.resume`, which says in
+one line what is wrong with a missing, corrupt or incompatible checkpoint.
+
 Loading uses ``torch.load(weights_only=True)`` with numpy arrays allowed, so a checkpoint can
 hold tensors, numpy arrays, bytes and Python primitives (no arbitrary classes), and loading one
 cannot run code.
