@@ -139,7 +139,10 @@ def test_single_process_training_learns_the_reach_task_a_little(tmp_path):
     loop = train_single_process(learner, env, 3000, logger=logger,
                                 evaluator=PolicyEvaluator(eval_env, (64, 64), 5))
     logger.close()
-    assert learner.env_steps == 3000 and learner.updates == 3000 - 500 + 1
+    ratio = cfg.updates_per_step  # updates per transition once the replay holds enough
+    assert learner.env_steps == 3000
+    updates0, steps0 = loop.ready_at
+    assert ratio * (3000 - steps0) <= learner.updates - updates0 <= ratio * (3000 - steps0 + 1)
     assert [e.env_steps for e in loop.evaluations] == [1500, 3000]  # every eval_every steps
     best = max(loop.evaluations, key=lambda e: e.stats.success_rate)
     assert loop.best_evaluation.stats.success_rate == best.stats.success_rate

@@ -161,7 +161,8 @@ class TrainingLoop:
         self.cosines: dict[int, float] = {}        # its similarity to the current policy
         self._lags: collections.deque[np.ndarray] = collections.deque()
         self._lag_count = 0
-        self._ready_at: tuple[int, int] | None = None  # (updates, env steps) when updates began
+        #: (updates, env steps) when the replay first held enough to update
+        self.ready_at: tuple[int, int] | None = None
         self._updates_since_commit = 0
         self._saved_at = learner.updates
         self._start = (time.monotonic(), learner.env_steps, learner.updates)
@@ -201,9 +202,9 @@ class TrainingLoop:
         learner = self.learner
         if not learner.ready():
             return False
-        if self._ready_at is None:
-            self._ready_at = (learner.updates, learner.env_steps)
-        updates0, steps0 = self._ready_at
+        if self.ready_at is None:
+            self.ready_at = (learner.updates, learner.env_steps)
+        updates0, steps0 = self.ready_at
         cap = (self.cfg.updates_per_step if self.source.blocking
                else self.cfg.max_updates_per_step)
         return learner.updates - updates0 < cap * (learner.env_steps - steps0 + 1)
