@@ -235,3 +235,21 @@ def test_the_loop_checks_the_policies_workers_act_with(tmp_path):
     run = train_to_the_end(*configs(tmp_path, 'async', 1500))
     assert set(run.loop.worker_versions) == {0, 1}
     assert run.loop.cosines and all(-1.0 <= c <= 1.0 for c in run.loop.cosines.values())
+
+
+def test_the_summary_says_why_a_physical_arm_cut_episodes_short(tmp_path):
+    env_cfg, learner_cfg, runner_cfg = configs(tmp_path, 'async', 1000)
+    transport = LocalTransport(env_cfg, learner_cfg, runner_cfg.replace(num_workers=1),
+                               Learner(learner_cfg, 21, 6).policy_state())
+    try:
+        base = {'worker_id': 0, 'steps': 10, 'dropped': 0, 'rejected': 0, 'policies': 0,
+                'policy_version': -1, 'restarts': 0, 'weights/bytes_received': 0,
+                'weights/full_packets': 0, 'weights/delta_packets': 0, 'weights/resyncs': 0}
+        transport.worker_stats[0] = dict(base, arm={
+            'interruptions': {'stale data': 3, 'lost link': 1}, 'stop_failures': 0,
+            'reconnects': 1, 'client_losses': 1})
+        summary = transport.summary()
+    finally:
+        transport.shutdown()
+    assert summary['arm_interruptions'] == {'stale data': 3, 'lost link': 1}
+    assert summary['arm_reconnects'] == 1 and summary['arm_stop_failures'] == 0

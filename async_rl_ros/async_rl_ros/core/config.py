@@ -598,7 +598,7 @@ class LearnerConfig(Section):
                                      'sync training do exactly this many; free-running '
                                      'workers are rate-limited so that the learner never '
                                      'falls below it.', low=0.0, high=64.0, low_open=True)
-    max_updates_per_step: float = option(2.0, 'Most gradient updates per env step when data '
+    max_updates_per_step: float = option(4.0, 'Most gradient updates per env step when data '
                                          'arrives slower than the learner can use it (a '
                                          'physical arm): the learner then runs up to this '
                                          'ratio; at least updates_per_step.', low=0.0,
@@ -607,9 +607,11 @@ class LearnerConfig(Section):
                                    'ahead of updates_per_step before they pause (they skip '
                                    'stepping, never wait for a reply; real arms never pause); '
                                    '0: no limit.', unit='transitions', low=0, high=10**9)
-    total_env_steps: int = option(100_000, 'Training budget.', unit='steps', low=1,
+    total_env_steps: int = option(30_000, 'Training budget (the shipped defaults reach the '
+                                  'reach task at about 20,000).', unit='steps', low=1,
                                   high=10**12)
-    eval_every: int = option(10_000, 'Env steps between deterministic evaluations (0: none).',
+    eval_every: int = option(2_500, 'Env steps between two policy snapshots scored by the '
+                             'evaluator (0: none); the best one is exported.',
                              unit='steps', low=0, high=10**12, read_only=True)
     eval_episodes: int = option(20, 'Episodes per evaluation.', low=1, high=100_000,
                                 read_only=True)

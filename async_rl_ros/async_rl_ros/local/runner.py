@@ -37,6 +37,7 @@ A worker process that dies is respawned and acts with the current policy at once
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import multiprocessing as mp
@@ -102,6 +103,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     built = build_worker(EnvWorkerConfig.from_flat(env_flat), worker_id, hidden, batch,
                          restarts)
     receiver = LocalWeightReceiver(shared.boards, shared.obs_dim)
+    backend = getattr(built.env.unwrapped, 'backend', None)  # a physical arm reports its own
     state = {'round': shared.round.value, 'beat': -1, 'policies': 0}
 
     def send(transitions: dict, episodes: list) -> bool:
@@ -109,6 +111,8 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
                  'dropped': runtime.dropped, 'rejected': receiver.rejected,
                  'policy_version': built.worker.policy.version, 'restarts': restarts,
                  'policies': state['policies'], **receiver.stats()}
+        if hasattr(backend, 'summary'):  # interrupted steps by kind, unconfirmed stops ...
+            stats['arm'] = backend.summary()
         try:
             shared.queue.put_nowait((transitions, episodes, stats))
         except queue.Full:
@@ -322,6 +326,8 @@ class LocalTransport:
         """Return each worker's env steps/s since the previous call."""
         now, out = time.monotonic(), {}
         for worker_id, stats in sorted(self.worker_stats.items()):
+            if worker_id not in self.workers:
+                continue
             then, steps = self._rate_state.get(worker_id, (self.workers[worker_id].started, 0))
             if now > then and stats['steps'] >= steps:  # a respawned worker counts from 0
                 out[f'workers/{worker_id}/steps_per_s'] = (stats['steps'] - steps) / (now - then)
@@ -365,4 +371,12 @@ class LocalTransport:
             # what a worker received per policy it assembled, against the fp32 actor
             'weights_reduction': 1.0 - nbytes / policies / self.fp32_bytes if policies else None,
             'shard_respawns': self.weights.respawns})
+        arms = [s['arm'] for s in self.worker_stats.values() if 'arm' in s]
+        if arms:  # a physical arm: why episodes were cut short, stops it could not confirm
+            interruptions: collections.Counter[str] = collections.Counter()
+            for arm in arms:
+                interruptions.update(arm.get('interruptions', {}))
+            out['arm_interruptions'] = dict(interruptions)
+            out['arm_stop_failures'] = sum(a.get('stop_failures', 0) for a in arms)
+            out['arm_reconnects'] = sum(a.get('reconnects', 0) for a in arms)
         return out
