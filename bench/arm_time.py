@@ -80,7 +80,8 @@ def main() -> None:
     finally:
         run.close()
     learner = run.learner
-    ratio = learner.updates / max(1, learner.env_steps - cfg.learning_starts)
+    updates0, steps0 = run.loop.ready_at or (learner.updates, learner.env_steps)
+    ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
     print(f'\nOne simulated UR5 in real time at {hz:.0f} Hz, learner: shipped defaults '
           f'(max {cfg.max_updates_per_step:g} updates per transition)')
     print(f'{"env steps":>10}{"arm min":>9}{"success":>9}')

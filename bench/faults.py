@@ -179,15 +179,20 @@ def scenario(name: str, doc: str):
 
 
 # ====================================================================== scenarios
-@scenario('resume-no-replay', 'resume a run whose checkpoint has no replay buffer')
+@scenario('resume-no-replay', 'async: resume a run whose checkpoint has no replay buffer')
 def _resume_without_replay(run: Run) -> Outcome:
-    rc1, out1, _ = run.finish(run.cli('--mode', 'single', '--steps', '300'))
-    rc2, out2, err2 = run.finish(run.cli('--mode', 'single', '--steps', '600', '--resume'))
-    updates = [int(m) for m in re.findall(r'^updates\s+(\d+)$', out1 + out2, re.MULTILINE)]
-    ok = rc1 == 0 and rc2 == 0 and 'at 300 env steps' in err2 and \
-        re.search(r'^env steps\s+600$', out2, re.MULTILINE) is not None and \
-        len(updates) == 2 and updates[1] > updates[0]
-    return Outcome(ok, f'exit {rc1}, {rc2}; updates {updates}')
+    """The default mode: the workers must refill the replay instead of waiting forever."""
+    summary = run.dir / 'run' / 'summary.json'
+    rc1, _, _ = run.finish(run.cli('--steps', '1500', '--workers', run.workers))
+    first = json.loads(summary.read_text()) if rc1 == 0 else {}
+    rc2, _, err2 = run.finish(run.cli('--steps', '3000', '--workers', run.workers, '--resume'),
+                              timeout=300)
+    second = json.loads(summary.read_text()) if rc2 == 0 else {}
+    steps = (first.get('env_steps'), second.get('env_steps'))
+    updates = (first.get('updates'), second.get('updates'))
+    ok = (rc1 == rc2 == 0 and 'resumed from' in err2 and (steps[1] or 0) >= 3000
+          and (updates[1] or 0) > (updates[0] or 0))
+    return Outcome(ok, f'exit {rc1}, {rc2}; env steps {steps}; updates {updates}')
 
 
 def _signal_run(run: Run, signum: int, expect: int, pipe: bool) -> Outcome:
