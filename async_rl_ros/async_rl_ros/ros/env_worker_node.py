@@ -34,14 +34,14 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import EnvWorkerConfig, RosTransportConfig
+from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, RosTransportConfig
 from async_rl_ros.core.records import PolicyState, TransitionBatch as Batch
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import ShardAssembler
 from async_rl_ros.core.workers.runtime import backend_call, build_worker, WorkerRuntime
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
-from async_rl_ros.ros.node_utils import LoggingAdapter, run_node
+from async_rl_ros.ros.node_utils import apply_env_config, LoggingAdapter, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import PolicyWeights, TrainingStats, TransitionBatch, WorkerStatus
 import numpy as np
@@ -67,7 +67,7 @@ class EnvWorkerNode(LifecycleNode):
                 description='Id stamped on every transition of this worker.', read_only=True,
                 integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
         self.hidden = tuple(self.declare_parameter(
-            'hidden_sizes', [256, 256], ParameterDescriptor(
+            'hidden_sizes', list(LearnerConfig().sac.hidden_sizes), ParameterDescriptor(
                 description="Hidden layer widths of the learner's actor (learner "
                 'sac.hidden_sizes).', read_only=True)).value)
         self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
@@ -177,9 +177,7 @@ class EnvWorkerNode(LifecycleNode):
         self.runtime = None
 
     def _on_config(self, section: EnvWorkerConfig, keys: tuple[str, ...]) -> None:
-        env = self.env  # None: configure builds it from the changed section
-        if env is not None:
-            self.get_logger().info(f'{", ".join(keys)}: {env.apply_config(section)}')
+        apply_env_config(self.get_logger(), self.env, section, keys)
 
     # ------------------------------------------------------------------ transport
     def _on_weights(self, msg: PolicyWeights) -> None:

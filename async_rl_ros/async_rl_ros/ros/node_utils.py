@@ -24,7 +24,7 @@ from async_rl_ros.core.config import ConfigError
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
-__all__ = ['run_node', 'LoggingAdapter']
+__all__ = ['run_node', 'LoggingAdapter', 'apply_env_config']
 
 
 class LoggingAdapter:
@@ -40,6 +40,19 @@ class LoggingAdapter:
     def critical(self, msg: str, *args: Any) -> None:
         """Log a fatal condition."""
         self._logger.fatal(msg % args)
+
+
+def apply_env_config(logger: Any, env: Any, section: Any, keys: tuple[str, ...]) -> None:
+    """
+    Apply an accepted ``env_worker`` parameter change to a running env; log what applies when.
+
+    :param logger: the node's logger.
+    :param env: the env (``None`` before *configure*, which then builds it from ``section``).
+    :param section: the changed section.
+    :param keys: the keys that changed.
+    """
+    if env is not None:
+        logger.info(f'{", ".join(keys)}: {env.apply_config(section)}')
 
 
 def run_node(factory: Callable[[], object], args: list[str] | None = None) -> int:

@@ -48,7 +48,9 @@ class ParamServerNode(Node):
 
     def __init__(self, **kwargs):
         super().__init__('param_server', **kwargs)
-        self.transport = SectionParameters(self, RosTransportConfig, 'transport.').section
+        # read once at start: every transport parameter is read-only here
+        self.transport = SectionParameters(self, RosTransportConfig, 'transport.',
+                                           frozen=True).section
         num_shards = self.transport.parameter_server.num_shards
         self.shard_id = self.declare_parameter(
             'shard_id', 0, ParameterDescriptor(
