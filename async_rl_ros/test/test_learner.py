@@ -17,6 +17,7 @@
 from async_rl_ros.core.config import LearnerConfig
 from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
+from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.learning.single_process import train_single_process
 from async_rl_ros.core.workers.inline import PolicyEvaluator
 import numpy as np
@@ -106,7 +107,7 @@ def test_checkpoint_resume_restores_everything(tmp_path):
     learner.policy_version = 7
     learner.save_checkpoint()
     restored = Learner(cfg, OBS, ACT)
-    assert restored.resume() is not None
+    assert resume_learner(restored).path is not None
     assert (restored.updates, restored.policy_version, restored.env_steps) == (10, 7, 300)
     assert len(restored.replay) == 300
     obs = np.ones(OBS, dtype=np.float32)

@@ -25,6 +25,7 @@ from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig
 from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.envs.reach_env import make_reach_env
 from async_rl_ros.local.runner import LocalTransport
 from async_rl_ros.local.train import LocalRun
@@ -220,7 +221,7 @@ def test_a_resumed_run_continues_without_its_replay_buffer(tmp_path, mode):
     updates = first.learner.updates
     assert updates > 0 and not learner_cfg.checkpoint.save_replay_buffer
     second = local_run(env_cfg, learner_cfg.replace(total_env_steps=1400), runner_cfg)
-    assert second.learner.resume() is not None
+    assert resume_learner(second.learner).path is not None
     assert second.learner.env_steps >= 600 and len(second.learner.replay) == 0
     try:
         second.run()

@@ -45,6 +45,7 @@ from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received, TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.codec import CodecError
@@ -104,8 +105,12 @@ class LearnerNode(Node):
         task = SectionParameters(self, ReachTaskConfig, 'task.', frozen=True).section
         self.learner = Learner(self.cfg, self.obs_dim, self.act_dim,
                                goal_spec=reach_goal_spec(task))
-        if resume and self.learner.resume() is not None:
-            self.get_logger().info(f'resumed at {self.learner.env_steps} env steps')
+        if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
+            found = resume_learner(self.learner)
+            for path, why in found.skipped:
+                self.get_logger().warning(f'checkpoint {path} skipped: {why}')
+            self.get_logger().info(f'resumed from {found.path} at {self.learner.env_steps} '
+                                   'env steps')
         self.committer = ShardedCommitter(self.transport.parameter_server,
                                           self.learner.policy_state())
         self.log_dir = pathlib.Path(self.cfg.log_dir)

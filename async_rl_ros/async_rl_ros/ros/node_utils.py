@@ -21,6 +21,7 @@ import sys
 from typing import Any, Callable
 
 from async_rl_ros.core.config import ConfigError
+from async_rl_ros.core.learning.resume import CheckpointError
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
@@ -78,6 +79,9 @@ def run_node(factory: Callable[[], object], args: list[str] | None = None) -> in
         pass
     except ConfigError as exc:
         print(f'invalid configuration: {exc}', file=sys.stderr)
+        status = 2
+    except CheckpointError as exc:  # resume=true with no usable or a foreign checkpoint
+        print(f'checkpoint error: {exc}', file=sys.stderr)
         status = 2
     finally:
         # Ctrl-C in a terminal reaches every node twice (from the terminal and from ros2

@@ -330,14 +330,6 @@ class Learner:
         replay = self.replay if self.cfg.checkpoint.save_replay_buffer else None
         return str(self.checkpoints.save(state, self.updates, replay_buffer=replay))
 
-    def resume(self) -> dict[str, Any] | None:
-        """Load the newest checkpoint of the configured directory, if any; return its state."""
-        if self.checkpoints.latest() is None:
-            return None
-        state = self.checkpoints.load()
-        self.load_state_dict(state)
-        return state
-
     def metrics(self) -> dict[str, float]:
         """Return counters and the doctor's and batch sizer's metrics."""
         out = {'charts/env_steps': float(self.env_steps), 'charts/updates': float(self.updates),
