@@ -15,17 +15,20 @@
 """
 Weight compression on the production path: the bytes workers receive during a training run.
 
-Headline: a short SAC run of the reach task's actor (observation 21, action 6, hidden
-256x256) on synthetic transitions commits every ``parameter_server.commit_every`` (8)
-updates through the production path -- :class:`~async_rl_ros.local.weight_path.LocalWeightPath`
-(the committer, one process per shard with 2 shards x 2 replicas, shared-memory boards) --
-and two :class:`~async_rl_ros.local.weight_path.LocalWeightReceiver` s read what a worker
-reads: a *prompt* one that polls after every commit and a *lagging* one that polls after
-every third (it misses packets, as a busy worker on a latest-value channel does). For each:
-packets read (full / delta), keyframes fetched for a missing base (resyncs), mean bytes per
-policy version received next to the float32 actor, and the largest action difference
-between the received policy and the learner's (deterministic action, normalization applied,
-``N_OBS`` observations, every version received).
+Headline: SAC with the shipped defaults learns the simulated UR5 reach task in this process
+(single-process loop, ``--warmup-steps`` env steps first); then, every
+``parameter_server.commit_every`` (8) updates, its policy is committed through the production
+path -- :class:`~async_rl_ros.local.weight_path.LocalWeightPath` (the committer, one process
+per shard with 2 shards x 2 replicas, shared-memory boards, the shipped codec) -- and two
+:class:`~async_rl_ros.local.weight_path.LocalWeightReceiver` s read what a worker reads: a
+*prompt* one that polls after every commit and a *lagging* one that polls after every third
+(it misses packets, as a busy worker on a latest-value channel does). For each: packets read
+(full / delta), keyframes fetched for a missing base (resyncs), mean bytes per policy version
+received next to the float32 actor, and the largest action difference between the received
+policy and the learner's (deterministic action, normalization applied, on ``N_OBS``
+observations the arm visited during training, every version received). A trained actor is
+what sets the precision a codec needs: its first layer and heads are far more sensitive than
+a fresh network's.
 
 Then the codec settings on the same weight trajectory (one shard's view: every packet), and
 10,000 random single-bit flips of a serialized production delta packet fed to an assembler
@@ -47,55 +50,61 @@ import json
 import statistics
 import time
 
-from async_rl_ros.core.config import CodecConfig, LearnerConfig, ParameterServerConfig
+from async_rl_ros.core.config import (CodecConfig, EnvWorkerConfig, LearnerConfig,
+                                      ParameterServerConfig)
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.networks import PolicyForExport
+from async_rl_ros.core.learning.single_process import single_process_loop
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
                                                        ShardPacket, ShardReplica)
+from async_rl_ros.core.workers.runtime import build_env
+from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 import numpy as np
 import torch
 
-OBS_DIM, ACT_DIM = 21, 6
 N_OBS = 5_000
 N_FLIPS = 10_000
 LAG = 3  # the lagging receiver polls after every LAG-th commit
 DEADLINE_S = 60.0
 
-#: (label, codec settings) of the settings table; the default codec is 'default'.
+#: (label, codec settings) of the settings table; the shipped codec is 'default'.
 SETTINGS = [
     ('fp32 full', {'quantize': False, 'delta': False}),
-    ('int8 full', {'entropy_coding': 'none', 'delta': False}),
-    ('int8+zlib full', {'delta': False}),
+    ('int8 full', {'keyframe_bits': 8, 'entropy_coding': 'none', 'delta': False}),
+    ('int8+zlib full', {'keyframe_bits': 8, 'delta': False}),
+    ('int8 key, d/1', {'keyframe_bits': 8, 'delta_refine': 1}),
+    ('12b key, d/4', {'delta_refine': 4}),
     ('default', {}),
-    ('full_every=10', {'full_every': 10}),
+    ('12b key, d/16', {'delta_refine': 16}),
+    ('16b key, d/8', {'keyframe_bits': 16}),
     ('full_every=20', {'full_every': 20}),
-    ('delta grid', {'delta_grid': 'delta'}),
 ]
 
 
-def make_learner(seed: int) -> Learner:
-    """Return a SAC learner with synthetic transitions in its replay buffer."""
-    cfg = LearnerConfig().replace(**{'seed': seed, 'batch.initial_batch': 256,
-                                     'learning_starts': 1000,
+def train(seed: int, warmup_steps: int) -> tuple[Learner, object]:
+    """Return a learner trained on the reach task for ``warmup_steps`` and its loop."""
+    env_cfg = EnvWorkerConfig()
+    cfg = LearnerConfig().replace(**{'seed': seed,
                                      'checkpoint.directory': '/tmp/async_rl_bench_compression'})
-    learner = Learner(cfg, OBS_DIM, ACT_DIM)
-    rng = np.random.default_rng(seed)
-    n = 5000
-    obs = rng.normal(size=(n, OBS_DIM)).astype(np.float32)
-    learner.ingest({'obs': obs, 'action': rng.uniform(-1, 1, (n, ACT_DIM)).astype(np.float32),
-                    'reward': rng.normal(size=n).astype(np.float32),
-                    'next_obs': obs + 0.01, 'terminated': np.zeros(n, bool),
-                    'truncated': np.zeros(n, bool), 'policy_version': np.zeros(n, np.int64),
-                    'worker_id': np.zeros(n, np.int32)})
-    return learner
+    env = build_env(env_cfg)
+    learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0],
+                      goal_spec=reach_goal_spec(env_cfg.task))
+    loop = single_process_loop(learner, env, seed=seed)
+    loop.maybe_publish()
+    while learner.env_steps < warmup_steps:
+        loop.step()
+    return learner, loop
 
 
 def make_policy(state: PolicyState) -> PolicyForExport:
     """Build a worker's deterministic policy from a policy state."""
-    policy = PolicyForExport(OBS_DIM, ACT_DIM, tuple(LearnerConfig().sac.hidden_sizes))
+    obs_dim, act_dim = len(state.obs_mean), state.actor['mean_head.bias'].shape[0]
+    hidden = [v.shape[0] for k, v in state.actor.items() if k.startswith('trunk.')
+              and k.endswith('.weight')]
+    policy = PolicyForExport(obs_dim, act_dim, tuple(hidden))
     policy.load_actor_state_dict(dict(state.actor))
     policy.set_normalization(torch.as_tensor(state.obs_mean), torch.as_tensor(state.obs_std),
                              state.obs_clip)
@@ -121,20 +130,21 @@ def receive(receiver: LocalWeightReceiver, version: int) -> PolicyState:
         time.sleep(0.001)
 
 
-def production_run(commits: int, seed: int, obs: torch.Tensor) -> dict:
-    """Train, publish through the local weight path, receive; return states and counters."""
-    learner = make_learner(seed)
+def production_run(learner: Learner, loop: object, commits: int, obs: torch.Tensor) -> dict:
+    """Train on, publish through the local weight path, receive; return states and counters."""
     ps = ParameterServerConfig()
+    obs_dim = learner.obs_dim
     initial = learner.policy_state()
     states = [initial]
     prompt_dev = lag_dev = 0.0
     with LocalWeightPath(ps, CodecConfig(), initial) as path:
-        prompt = LocalWeightReceiver(path.board_names, OBS_DIM)
-        lagging = LocalWeightReceiver(path.board_names, OBS_DIM)
+        prompt = LocalWeightReceiver(path.board_names, obs_dim)
+        lagging = LocalWeightReceiver(path.board_names, obs_dim)
         receive(prompt, initial.version)
         for commit in range(1, commits + 1):
-            for _ in range(ps.commit_every):
-                learner.train_step()
+            goal = learner.updates + ps.commit_every
+            while learner.updates < goal:
+                loop.step()  # the arm steps, the learner updates (2 per transition)
             state = learner.policy_state()
             version = path.publish(state)
             learner.policy_version = version
@@ -155,7 +165,7 @@ def production_run(commits: int, seed: int, obs: torch.Tensor) -> dict:
 def codec_setting(states: list[PolicyState], cfg: CodecConfig, obs: torch.Tensor) -> dict:
     """Serve the trajectory from one shard replica with a codec; return sizes and error."""
     committer = ShardedCommitter(ParameterServerConfig(), states[0])
-    replica, assembler = ShardReplica(0, 2, cfg), ShardAssembler(OBS_DIM)
+    replica, assembler = ShardReplica(0, 2, cfg), ShardAssembler(len(states[0].obs_mean))
     replica.apply(committer.full(0))
     sizes, dev = [], 0.0
     for i, truth in enumerate(states):
@@ -184,7 +194,7 @@ def bit_flips(states: list[PolicyState], flips: int, seed: int) -> tuple[float, 
             replica.apply(packets[0])
         served = replica.weights()
         if not served.packet.is_delta:
-            holder = ShardAssembler(OBS_DIM)  # a worker holding this keyframe
+            holder = ShardAssembler(len(states[0].obs_mean))  # a worker holding this keyframe
             holder.add(served)
         else:
             last = (served.to_bytes(), holder)
@@ -213,24 +223,36 @@ def _row(name: str, r: dict, fp32: int, dev: float) -> str:
 def main() -> None:
     """Run the benchmark and print the tables and the JSON summary."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--quick', action='store_true', help='short run (about a minute)')
+    parser.add_argument('--quick', action='store_true', help='short run (a few minutes)')
     parser.add_argument('--commits', type=int, default=None,
                         help='commits of the training run (default 40 quick, 250)')
+    parser.add_argument('--warmup-steps', type=int, default=None,
+                        help='env steps of training before the commits are measured '
+                             '(default 3,000 quick, 12,000)')
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     commits = args.commits if args.commits is not None else (40 if args.quick else 250)
+    warmup = args.warmup_steps if args.warmup_steps is not None else (
+        3_000 if args.quick else 12_000)
     start = time.perf_counter()
+    learner, loop = train(args.seed, warmup)
+    visited = learner.replay.storage.obs[:len(learner.replay)]
     rng = np.random.default_rng(args.seed)
-    obs = torch.as_tensor(rng.normal(size=(N_OBS, OBS_DIM)), dtype=torch.float32)
+    obs = torch.as_tensor(visited[rng.choice(len(visited), min(N_OBS, len(visited)),
+                                             replace=False)])
+    trained_s = time.perf_counter() - start
 
-    run = production_run(commits, args.seed, obs)
+    run = production_run(learner, loop, commits, obs)
     states = run['states']
     fp32 = sum(v.nbytes for v in states[0].tensors().values())
     cfg = CodecConfig()
-    print(f'SAC actor {OBS_DIM}-256-256-{ACT_DIM}: {fp32} bytes in float32; {commits} commits '
-          f'every {ParameterServerConfig().commit_every} updates through LocalWeightPath '
-          f'(2 shards x 2 replicas, codec delta={cfg.delta}, full_every={cfg.full_every})'
+    hidden = '-'.join(str(int(h)) for h in learner.cfg.sac.hidden_sizes)
+    print(f'SAC actor {learner.obs_dim}-{hidden}-{learner.act_dim} trained on the reach task '
+          f'for {warmup} env steps ({trained_s:.0f} s): {fp32} bytes in float32; {commits} '
+          f'commits every {ParameterServerConfig().commit_every} updates through '
+          f'LocalWeightPath (2 shards x 2 replicas, codec keyframe_bits={cfg.keyframe_bits}, '
+          f'delta_refine={cfg.delta_refine}, full_every={cfg.full_every})'
           f'{" (--quick)" if args.quick else ""}\n')
     header = (f'{"receiver":<10} {"full":>5} {"delta":>6} {"resyncs":>8} {"B/version":>10} '
               f'{"reduction":>9} {"max |da|":>9}')
@@ -264,7 +286,7 @@ def main() -> None:
         'reduction_lagging': round(1 - lag['weights/bytes_received'] / lag_versions / fp32, 4),
         'delta_fraction': round(prompt['weights/delta_packets'] / (
             prompt['weights/delta_packets'] + prompt['weights/full_packets']), 4),
-        'commits': commits, 'quick': args.quick}))
+        'commits': commits, 'warmup_steps': warmup, 'quick': args.quick}))
 
 
 if __name__ == '__main__':

@@ -23,10 +23,13 @@ from async_rl_ros.core.config import ConfigError
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.codec import (CodecConfig, CodecError, dequantize,
-                                             encode_policy_state, ENCODING_FP32, ENCODING_INT8,
+                                             encode_policy_state, ENCODING_FP32,
+                                             ENCODING_INT16, ENCODING_INT16_ZLIB, ENCODING_INT8,
                                              ENCODING_INT8_ZLIB, FORMAT_VERSION, HEADER_SIZE,
                                              MAGIC, quantize, QuantizedTensor, REJECT_REASONS,
                                              WeightDecoder, WeightEncoder, WeightPacket)
+from async_rl_ros.core.weights.packet import (dequantize_wide, quantize_wide, row_steps,
+                                              wide_planes)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import numpy as np
@@ -75,21 +78,28 @@ def test_config_defaults_and_ranges():
     cfg.validate()
     assert (cfg.per_channel, cfg.entropy_coding, cfg.delta, cfg.full_every) == \
         (True, 'zlib', True, 10)
+    assert (cfg.keyframe_bits, cfg.delta_refine) == (12, 8)
     for key, bad in [('zlib_level', 0), ('entropy_coding', 'lzma'), ('bits', 8),
-                     ('full_every', 0), ('delta_grid', 'fine')]:
+                     ('full_every', 0), ('keyframe_bits', 7), ('keyframe_bits', 17),
+                     ('delta_refine', 0)]:
         with pytest.raises(ConfigError):
             cfg.replace(**{key: bad})
 
 
 # ------------------------------------------------------------------ quantization
-def test_full_round_trip_within_half_step():
-    enc, dec = WeightEncoder(), WeightDecoder()
+@pytest.mark.parametrize('bits', [8, 12, 16])
+def test_full_round_trip_within_half_step(bits):
+    enc, dec = WeightEncoder(CodecConfig(keyframe_bits=bits)), WeightDecoder()
     data = tensors()
     packet = enc.encode(data, 3)
     assert not packet.is_delta and packet.base_version == -1
-    out = dec.apply(packet)
+    out = dec.apply(WeightPacket.from_bytes(packet.to_bytes()))
     for qt in packet.tensors:
-        assert qt.encoding in (ENCODING_INT8, ENCODING_INT8_ZLIB)
+        wide = (ENCODING_INT16, ENCODING_INT16_ZLIB)
+        assert qt.encoding in ((ENCODING_INT8, ENCODING_INT8_ZLIB) if bits == 8 else wide)
+        if bits > 8:  # symmetric: the step is the row's peak over 2**(bits - 1) - 1
+            peak = np.abs(data[qt.name]).reshape(len(qt.scales), -1).max(axis=1)
+            np.testing.assert_allclose(qt.scales, peak / (2 ** (bits - 1) - 1), rtol=1e-6)
         assert out[qt.name].dtype == np.float32 and out[qt.name].shape == data[qt.name].shape
         assert_within_half_step(data[qt.name], out[qt.name], qt)
         np.testing.assert_array_equal(out[qt.name], enc.reference[qt.name])
@@ -112,6 +122,26 @@ def test_quantize_error_bound_any_shape(shape, magnitude, offset, seed, per_chan
     assert_within_half_step(x, decoded, qt)
     # 0 is exactly representable.
     assert np.all(dequantize(zero_points.astype(np.uint8), scales, zero_points) == 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(0, 6), min_size=0, max_size=3),
+       magnitude=st.sampled_from([1e-30, 1e-6, 1.0, 1e6]), bits=st.integers(9, 16),
+       seed=st.integers(0, 2**31 - 1))
+def test_wide_codes_error_bound_and_byte_planes(shape, magnitude, bits, seed):
+    x = (np.random.default_rng(seed).normal(size=shape) * magnitude).astype(np.float32)
+    codes, scales = quantize_wide(x, bits)
+    assert codes.dtype == np.int16 and np.abs(codes).max(initial=0) <= 2 ** (bits - 1) - 1
+    qt = QuantizedTensor('x', x.shape, ENCODING_INT16, scales, np.zeros(len(scales)),
+                         wide_planes(codes))
+    decoded = qt.values()
+    np.testing.assert_array_equal(decoded, dequantize_wide(codes, scales))
+    assert_within_half_step(x, decoded, qt)
+    if len(scales):  # zero points must be 0: anything else is refused
+        bad = QuantizedTensor('x', x.shape, ENCODING_INT16, scales,
+                              np.ones(len(scales)), wide_planes(codes))
+        with pytest.raises(CodecError, match='encoding'):
+            bad.values()
 
 
 def test_per_channel_scales_follow_each_row():
@@ -166,9 +196,9 @@ def test_fp32_passthrough_is_exact():
         np.testing.assert_allclose(out[name], value, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize('grid', ['weight', 'delta'])
-def test_delta_round_trip_within_half_step(grid):
-    enc, dec = WeightEncoder(CodecConfig(delta_grid=grid)), WeightDecoder()
+@pytest.mark.parametrize('refine', [1, 8, 256])
+def test_delta_round_trip_within_half_step(refine):
+    enc, dec = WeightEncoder(CodecConfig(delta_refine=refine)), WeightDecoder()
     data = tensors()
     dec.apply(enc.encode(data, 0))
     rng = np.random.default_rng(1)
@@ -179,10 +209,13 @@ def test_delta_round_trip_within_half_step(grid):
     for qt in packet.tensors:
         assert_within_half_step(moved[qt.name], out[qt.name], qt)
         np.testing.assert_array_equal(out[qt.name], enc.reference[qt.name])
-        if grid == 'weight':
-            # Never coarser than needed and never finer than a full packet's step.
-            _, full_scales, _ = quantize(moved[qt.name], per_channel=True)
-            assert np.all(qt.scales >= full_scales)
+        # Never finer than a full int8 packet's step over delta_refine, and exactly that
+        # step where the delta fits in 254 of them.
+        floor = (row_steps(moved[qt.name], True) / refine).astype(np.float32)
+        assert np.all(qt.scales >= floor)
+        fits = np.abs(out[qt.name] - enc.keyframe[qt.name]).reshape(len(floor), -1).max(
+            axis=1) < 100 * floor
+        np.testing.assert_array_equal(qt.scales[fits], floor[fits])
 
 
 def test_keyframe_deltas_have_no_drift_over_1000_commits():

@@ -175,3 +175,11 @@ def test_a_non_utf8_or_empty_file_is_one_clear_error(tmp_path):
         with pytest.raises(ConfigError, match='holds none') as info:
             load_node_config(write(tmp_path, text), 'env_worker', EnvWorkerConfig)
         assert 'params.yaml' in str(info.value)
+
+
+def test_integer_lists_stay_integers_and_reject_fractions():
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': [64, 32]})
+    assert cfg.sac.hidden_sizes == [64, 32]
+    assert all(type(h) is int for h in cfg.sac.hidden_sizes)
+    with pytest.raises(ConfigError, match='sac.hidden_sizes'):
+        LearnerConfig().replace(**{'sac.hidden_sizes': [64.5]})

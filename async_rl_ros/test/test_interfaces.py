@@ -162,7 +162,9 @@ def test_every_message_parses_and_the_constants_match_the_core():
     constants = {c.name: c.value for c in specs['QuantizedTensor'].constants}
     assert constants == {'ENCODING_FP32': codec.ENCODING_FP32,
                          'ENCODING_INT8': codec.ENCODING_INT8,
-                         'ENCODING_INT8_ZLIB': codec.ENCODING_INT8_ZLIB}
+                         'ENCODING_INT8_ZLIB': codec.ENCODING_INT8_ZLIB,
+                         'ENCODING_INT16': codec.ENCODING_INT16,
+                         'ENCODING_INT16_ZLIB': codec.ENCODING_INT16_ZLIB}
     sources = {c.value for c in specs['TransitionBatch'].constants
                if c.name.startswith('SOURCE_')}
     assert sources == set(conversions.SOURCES)

@@ -153,6 +153,14 @@ def test_single_process_training_learns_the_reach_task_a_little(tmp_path):
     assert np.mean(returns[-5:]) > np.mean(returns[:5])  # the first 5 are random warm-up
     png = plot_learning_curve(logger.history, tmp_path / 'curve.png')
     assert png.stat().st_size > 10_000
+    # The worker acted with what the shards served: int8 keyframes and deltas on them.
+    received = loop.source.receiver
+    assert received.version == loop.published == learner.policy_version
+    assert received.delta_packets > 3 * received.full_packets > 0
+    assert received.rejected == 0
+    summary = loop.source.summary()
+    assert summary['weights_policies_received'] == loop.source.policies > 1000
+    assert summary['weights_reduction'] > 0.5
 
 
 def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):

@@ -22,6 +22,7 @@ from async_rl_ros.core.config import ParameterServerConfig
 from async_rl_ros.core.learning.networks import Actor
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.codec import CodecConfig
+from async_rl_ros.core.weights.receiver import InProcessWeightPath
 from async_rl_ros.local.weight_board import WeightBoard
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 import numpy as np
@@ -217,3 +218,28 @@ def test_shard_processes_exit_when_their_learner_is_killed():
             board = WeightBoard(name)
             board.owner = True
             board.close()
+
+
+def test_the_in_process_path_sends_the_same_deltas_and_a_late_receiver_recovers():
+    """Single-process training: the same committer, replicas and receiver, by plain calls."""
+    run = _learner()
+    _, initial = next(run)
+    path = InProcessWeightPath(ParameterServerConfig(), CodecConfig(full_every=20), initial)
+    prompt = path.receiver(OBS_DIM)
+    assert prompt.poll().version == initial.version
+    obs = torch.randn(2000, OBS_DIM)
+    for _ in range(12):
+        actor, state = next(run)
+        version = path.publish(state)
+        received = prompt.poll()
+        assert received.version == version
+        assert _deviation(actor, received, obs) <= 1e-2
+    assert prompt.delta_packets == 12 and prompt.full_packets == 1  # replicas: one shard read
+    late = path.receiver(OBS_DIM)  # joins after the keyframe: fetches it once per shard used
+    assert late.poll().version == version
+    assert late.resyncs == 1 and late.full_packets == 1 and late.delta_packets == 1
+    for _ in range(3):  # it misses packets: the next delta on the keyframe is enough
+        _, state = next(run)
+        version = path.publish(state)
+    assert late.poll().version == version and late.resyncs == 1
+    assert prompt.rejected == late.rejected == 0

@@ -534,8 +534,9 @@ class CheckpointConfig(Section):
 class CodecConfig(Section):
     """Compression of the policy weights sent from the learner to the workers."""
 
-    quantize: bool = option(True, 'Quantize the weights to int8; when false they travel as '
-                            'raw float32 (the uncompressed reference).', read_only=True)
+    quantize: bool = option(True, 'Quantize the weights (int8 deltas, keyframes of '
+                            'keyframe_bits); when false they travel as raw float32 (the '
+                            'uncompressed reference).', read_only=True)
     per_channel: bool = option(True, 'One scale and zero point per output row of every tensor '
                                'with two or more dimensions; when false one per tensor.',
                                read_only=True)
@@ -547,10 +548,15 @@ class CodecConfig(Section):
     delta: bool = option(True, 'Between keyframes send int8 deltas on the last keyframe (a '
                          'full packet): a worker that missed packets still applies the next '
                          'one; when false every packet is full.', read_only=True)
-    delta_grid: str = option('weight', 'Quantization step of a delta row: weight (at least the '
-                             'step of a full int8 packet of the row: same error bound, far '
-                             'fewer bytes) or delta (254 steps over the range of the delta).',
-                             choices=('weight', 'delta'), read_only=True)
+    keyframe_bits: int = option(12, 'Bits per weight of a keyframe: 8 (int8 affine codes) or '
+                                '9 to 16 (symmetric codes sent as int16): the precision a '
+                                'worker acts with until the next delta refines it.',
+                                unit='bits', low=8, high=16, read_only=True)
+    delta_refine: int = option(8, 'A delta row is quantized on the step of an int8 full packet '
+                               'of the row divided by delta_refine (or on its own range over '
+                               '254 steps when that is wider): 1 sends the fewest bytes, '
+                               'larger values send finer corrections.',
+                               low=1, high=256, read_only=True)
     full_every: int = option(10, 'Every full_every-th packet is a keyframe, the base of the '
                              'deltas that follow (1: always full).',
                              unit='packets', low=1, high=10**9, read_only=True)

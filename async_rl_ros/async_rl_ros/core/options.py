@@ -234,9 +234,11 @@ def _coerce(value: Any, tp: Any, key: str, source: str | None) -> Any:
     """Convert a YAML/ROS value to the declared type or raise a :class:`ConfigError`."""
     origin = typing.get_origin(tp)
     if origin in (list, tuple):
+        item = (typing.get_args(tp) or (float,))[0]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(key, value, 'a list of numbers', source)
-        return [_coerce(v, float, key, source) for v in value]
+            raise ConfigError(key, value, 'a list of integers' if item is int
+                              else 'a list of numbers', source)
+        return [_coerce(v, item, key, source) for v in value]
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(key, value, 'true or false', source)

@@ -28,6 +28,7 @@ training run or a robot that needs a person exits 3 after saving. The exit codes
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 import sys
 from typing import Any, Sequence
@@ -50,12 +51,10 @@ def default_config_path() -> Path | None:
     """Return the shipped ``config/train.yaml`` (source tree or ROS install), if found."""
     here = Path(__file__).resolve()
     candidates = [here.parents[2] / 'config' / 'train.yaml']
-    try:
-        from ament_index_python.packages import get_package_share_directory
-        candidates.append(Path(get_package_share_directory('async_rl_ros')) / 'config'
-                          / 'train.yaml')
-    except (ImportError, LookupError):
-        pass
+    # an installed ROS 2 package: <prefix>/share/async_rl_ros (the ament index, read plainly)
+    for prefix in os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep):
+        if prefix:
+            candidates.append(Path(prefix) / 'share' / 'async_rl_ros' / 'config' / 'train.yaml')
     return next((p for p in candidates if p.is_file()), None)
 
 

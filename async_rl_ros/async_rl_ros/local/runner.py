@@ -53,6 +53,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
+from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.local.lifecycle import check_child_exit, child_entry
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 
@@ -104,13 +105,13 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
                          restarts)
     receiver = LocalWeightReceiver(shared.boards, shared.obs_dim)
     backend = getattr(built.env.unwrapped, 'backend', None)  # a physical arm reports its own
-    state = {'round': shared.round.value, 'beat': -1, 'policies': 0}
+    state = {'round': shared.round.value, 'beat': -1}
 
     def send(transitions: dict, episodes: list) -> bool:
         stats = {'worker_id': worker_id, 'steps': built.worker.steps,
                  'dropped': runtime.dropped, 'rejected': receiver.rejected,
                  'policy_version': built.worker.policy.version, 'restarts': restarts,
-                 'policies': state['policies'], **receiver.stats()}
+                 'policies': runtime.policies_received, **receiver.stats()}
         if hasattr(backend, 'summary'):  # interrupted steps by kind, unconfirmed stops ...
             stats['arm'] = backend.summary()
         try:
@@ -130,12 +131,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
             state['beat'] = beat
             runtime.learner_heard(shared.version.value, sum(shared.produced),
                                   shared.allowance.value)
-        crc = _crc_rejections(receiver)
-        policy = receiver.poll()
-        if _crc_rejections(receiver) > crc:
-            runtime.weights_rejected('crc')  # a real arm holds still until good weights
-        state['policies'] += policy is not None
-        return policy
+        return runtime.receive(receiver)
 
     runtime = WorkerRuntime(built, send, poll, log=_LOG)
 
@@ -150,12 +146,6 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     finally:
         receiver.close()
         built.env.close()
-
-
-def _crc_rejections(receiver: LocalWeightReceiver) -> int:
-    assembler = receiver.assembler
-    return assembler.rejected['crc'] + sum(d.rejected['crc']
-                                           for d in assembler.decoders.values())
 
 
 @dataclasses.dataclass
@@ -185,7 +175,6 @@ class LocalTransport:
         self.blocking = runner.mode == 'sync'
         self._ctx = mp.get_context('spawn')
         self.weights = LocalWeightPath(runner.parameter_server, runner.codec, initial)
-        self.fp32_bytes = sum(v.nbytes for v in initial.tensors().values())
         self.shared = _Shared(
             queue=self._ctx.Queue(maxsize=runner.queue_batches),
             stop=self._ctx.Value('b', 0, lock=False),
@@ -357,20 +346,9 @@ class LocalTransport:
             'dropped_batches': int(metrics['transport/dropped_batches']),
             'rejected_packets': int(metrics['transport/rejected_packets']),
             'respawns': self.respawns}
-        received = [s for s in self.worker_stats.values() if s.get('policies')]
-        policies = sum(s['policies'] for s in received)
-        nbytes = sum(s['weights/bytes_received'] for s in received)
-        packets = sum(s['weights/full_packets'] + s['weights/delta_packets'] for s in received)
-        out.update({
-            'weights_policies_received': policies,
-            'weights_packets': packets,
-            'weights_delta_packets': sum(s['weights/delta_packets'] for s in received),
-            'weights_resyncs': sum(s['weights/resyncs'] for s in received),
-            'weights_bytes_mean': nbytes / policies if policies else None,
-            'weights_fp32_bytes': self.fp32_bytes,
-            # what a worker received per policy it assembled, against the fp32 actor
-            'weights_reduction': 1.0 - nbytes / policies / self.fp32_bytes if policies else None,
-            'shard_respawns': self.weights.respawns})
+        out.update(weights_summary(self.worker_stats.values(),
+                                   self.weights.committer.fp32_bytes))
+        out['shard_respawns'] = self.weights.respawns
         arms = [s['arm'] for s in self.worker_stats.values() if 'arm' in s]
         if arms:  # a physical arm: why episodes were cut short, stops it could not confirm
             interruptions: collections.Counter[str] = collections.Counter()

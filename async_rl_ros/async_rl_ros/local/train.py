@@ -104,7 +104,9 @@ class LocalRun:
         self._stoppers: list[Callable[[], None]] = []
         evaluator: Any = None
         if self.mode == 'single':
-            inline = InlineWorker(build_worker(env_cfg, 0, cfg.sac.hidden_sizes, 1).worker)
+            inline = InlineWorker(build_worker(env_cfg, 0, cfg.sac.hidden_sizes, 1).worker,
+                                  self.learner.policy_state(), runner_cfg.parameter_server,
+                                  runner_cfg.codec)
             self._envs.append(inline.worker.env)
             source: Any = inline
             if evaluate:
@@ -123,6 +125,7 @@ class LocalRun:
             self.title = (f'UR5 reach, SAC {self.mode}, {workers} worker'
                           f'{"s" if workers > 1 else ""}, seed {cfg.seed}')
             commit_every = runner_cfg.parameter_server.commit_every
+        self.source = source
         self.loop = TrainingLoop(
             self.learner, source, source, commit_every=commit_every,
             logger=logger if logger is not None else MetricsLogger(
@@ -152,8 +155,7 @@ class LocalRun:
                                       eval_episodes).score(state)
                       if state is not None else EpisodeStats())
         extra = {'mode': self.mode, **extra}
-        if self.transport is not None:
-            extra.update(self.transport.summary())
+        extra.update(self.source.summary())  # workers, weights received
         run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
                          final_evaluation=evaluation, extra=extra)
         return run, evaluation

@@ -23,7 +23,8 @@ topics::
         --(one queue per shard: float32 commits)--> shard process i: ShardReplica.apply
         --> board i: the latest packet (a keyframe or a delta on it) and its keyframe
     worker process: LocalWeightReceiver.poll() reads the newest boards, fetches a keyframe
-        it lacks, assembles the policy with a ShardAssembler
+        it lacks, assembles the policy with a ShardAssembler (a WeightReceiver of
+        :mod:`async_rl_ros.core.weights.receiver`, as in single-process training)
 
 A board is a latest-value channel (:class:`~async_rl_ros.local.weight_board.WeightBoard`): a
 worker may miss packets, and since every delta is based on the last keyframe, it applies the
@@ -44,8 +45,8 @@ from typing import Any
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.codec import CodecError
-from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
-                                                       ShardPacket, ShardReplica)
+from async_rl_ros.core.weights.receiver import ShardOutlet, WeightReceiver
+from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardPacket, ShardReplica
 from async_rl_ros.local.weight_board import WeightBoard
 
 __all__ = ['LocalWeightPath', 'LocalWeightReceiver']
@@ -61,8 +62,7 @@ def _shard_main(shard_id: int, num_shards: int, codec_cfg: CodecConfig, commits:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner stops us (or its death does)
     parent = mp.parent_process()
     replica = ShardReplica(shard_id, num_shards, codec_cfg)
-    latest, keyframe = WeightBoard(boards[0]), WeightBoard(boards[1])
-    written_key = written = None
+    outlet = ShardOutlet(WeightBoard(boards[0]), WeightBoard(boards[1]))
     try:
         while parent is None or parent.is_alive():
             try:
@@ -85,19 +85,11 @@ def _shard_main(shard_id: int, num_shards: int, codec_cfg: CodecConfig, commits:
                         status[_NEEDS_FULL] = 1
                 else:
                     status[_APPLIED] += 1
-            served = replica.serve()
-            if served is None or served is written:
-                continue
-            key = replica.keyframe()
-            if key is not written_key:  # the keyframe first: a reader may need it at once
-                keyframe.publish(key.to_bytes(), key.packet.version)
-                written_key = key
-            latest.publish(served.to_bytes(), served.packet.version)
-            written = served
-            status[_VERSION] = replica.version
+            if outlet.post(replica):
+                status[_VERSION] = replica.version
     finally:
-        latest.close()
-        keyframe.close()
+        outlet.latest.close()
+        outlet.keyframe.close()
 
 
 class LocalWeightPath:
@@ -244,17 +236,11 @@ class LocalWeightPath:
         self.close()
 
 
-class LocalWeightReceiver:
+class LocalWeightReceiver(WeightReceiver):
     """
-    Worker side: poll every shard's boards and assemble the policy.
+    Worker side of the local path: a :class:`WeightReceiver` on the shards' shared boards.
 
-    Pickles as the board names (a spawned worker re-attaches). Each :meth:`poll` reads the
-    boards newest version first and stops as soon as a policy is assembled, so with replicas a
-    worker usually reads one shard's packet per version. A shard whose keyframe the worker
-    holds counts as one version newer than it is: a keyframe costs about as much as two
-    deltas, so the worker rather waits one poll for its shard than fetch another's keyframe.
-    A shard that stops serving (its process died) falls behind and the replicas' boards are
-    read instead.
+    Pickles as the board names (a spawned worker re-attaches).
 
     :param board_names: :attr:`LocalWeightPath.board_names`.
     :param obs_dim: the observation width the policy must take (not checked when ``None``).
@@ -262,98 +248,9 @@ class LocalWeightReceiver:
 
     def __init__(self, board_names: list[tuple[str, str]], obs_dim: int | None = None):
         self.board_names = [tuple(pair) for pair in board_names]
-        self.obs_dim = obs_dim
-        self.boards = [(WeightBoard(latest), WeightBoard(key)) for latest, key in self.board_names]
-        self.assembler = ShardAssembler(obs_dim)
-        self.bytes_received = 0
-        self.bytes_delta = 0  # of bytes_received, in delta packets
-        self.full_packets = 0
-        self.delta_packets = 0
-        self.resyncs = 0  # keyframes fetched because a delta's base was missing
-        self.unreadable = 0  # board contents that did not parse (counted as rejected)
+        super().__init__([(WeightBoard(latest), WeightBoard(key))
+                          for latest, key in self.board_names], obs_dim)
 
     def __reduce__(self):
         """Pickle as the board names."""
         return (LocalWeightReceiver, (self.board_names, self.obs_dim))
-
-    @property
-    def version(self) -> int:
-        """Return the version of the last policy assembled (-1: none yet)."""
-        return self.assembler.version
-
-    @property
-    def accepted(self) -> int:
-        """Return the shard packets accepted."""
-        return self.assembler.accepted
-
-    @property
-    def rejected(self) -> int:
-        """Return the shard packets rejected: CRC, versions, shapes, extras, unparsable."""
-        return self.assembler.rejected_total + self.unreadable
-
-    def poll(self) -> PolicyState | None:
-        """
-        Return the newest policy if one newer than the last returned is complete, else ``None``.
-
-        Bad packets are counted and skipped: the caller keeps acting with its last policy.
-        """
-        known = self.assembler.decoders
-        versions = [latest.version + (i in known) for i, (latest, _) in enumerate(self.boards)]
-        order = sorted(range(len(self.boards)), key=lambda i: (-versions[i], i not in known, i))
-        fallback = None
-        for i in order:
-            latest, key = self.boards[i]
-            if latest.version <= self.assembler.version:
-                continue  # nothing newer than the policy on this board
-            got = latest.poll()
-            packet = None if got is None else self._parse(got[1])
-            if packet is None:
-                continue
-            if self.assembler.lacks_base(packet):
-                base = key.read()
-                if base is None:
-                    continue
-                self.resyncs += 1
-                fallback = self._add(self._parse(base[1])) or fallback
-            state = self._add(packet)
-            if state is not None:
-                return state
-        return fallback
-
-    def _parse(self, data: bytes | None) -> ShardPacket | None:
-        if data is None:
-            return None
-        try:
-            packet = ShardPacket.from_bytes(data)
-        except CodecError:
-            self.unreadable += 1
-            return None
-        self.bytes_received += len(data)
-        if packet.packet.is_delta:
-            self.delta_packets += 1
-            self.bytes_delta += len(data)
-        else:
-            self.full_packets += 1
-        return packet
-
-    def _add(self, packet: ShardPacket | None) -> PolicyState | None:
-        if packet is None:
-            return None
-        try:
-            return self.assembler.add(packet)
-        except CodecError:
-            return None  # counted by the assembler
-
-    def stats(self) -> dict[str, int]:
-        """Return the counters as metrics."""
-        return {'weights/version': self.version, 'weights/accepted': self.accepted,
-                'weights/rejected': self.rejected, 'weights/bytes_received': self.bytes_received,
-                'weights/bytes_delta': self.bytes_delta,
-                'weights/full_packets': self.full_packets,
-                'weights/delta_packets': self.delta_packets, 'weights/resyncs': self.resyncs}
-
-    def close(self) -> None:
-        """Detach from the boards."""
-        for latest, key in self.boards:
-            latest.close()
-            key.close()

@@ -41,7 +41,8 @@ import numpy as np
 
 __all__ = ['TRANSITION_KEYS', 'SOURCES', 'batch_to_msg', 'msg_to_batch', 'tensor_to_msg',
            'msg_to_tensor', 'float_tensor_to_msg', 'msg_to_float_tensor',
-           'shard_packet_to_msg', 'msg_to_shard_packet', 'interfaces']
+           'shard_packet_to_msg', 'msg_to_shard_packet', 'interfaces',
+           'status_to_receiver_stats']
 
 #: Keys of a transition batch carried as message fields (``source`` travels as a string).
 TRANSITION_KEYS = tuple(k for k in TRANSITION_FIELDS if k != 'source')
@@ -255,3 +256,17 @@ def msg_to_shard_packet(msg: Any) -> ShardPacket:
                           [msg_to_tensor(t) for t in msg.tensors], extras, int(msg.crc32))
     return ShardPacket(int(msg.shard_id), int(msg.num_shards), int(msg.chunk_size), layout,
                        packet)
+
+
+def status_to_receiver_stats(msg: Any) -> dict[str, int]:
+    """
+    Return what a ``WorkerStatus`` says the worker received, as receiver statistics.
+
+    The keys of :meth:`~async_rl_ros.core.weights.receiver.WeightReceiver.stats` plus
+    ``policies``, as :func:`~async_rl_ros.core.weights.receiver.weights_summary` takes them.
+    """
+    return {'policies': int(msg.policies_received),
+            'weights/full_packets': int(msg.weights_full_packets),
+            'weights/delta_packets': int(msg.weights_delta_packets),
+            'weights/resyncs': int(msg.weights_resyncs),
+            'weights/bytes_received': int(msg.weights_bytes_received)}

@@ -22,22 +22,22 @@ real arm, which connects here) and the :class:`~async_rl_ros.core.workers.env_wo
 and *shutdown* release the environment. Every command passes the environment's safety filter.
 
 The executor never waits on the environment: weight messages are only stored by their
-callbacks (the newest per shard), and the stepping thread installs them between two steps,
-through a :class:`~async_rl_ros.core.weights.sharded_weights.ShardAssembler` that checks CRCs,
-versions and shapes. Batches go out on ``transitions`` (relative: the worker's namespace).
+callbacks on per-shard boards (the newest packet and the keyframe it is based on), and the
+stepping thread installs them between two steps through the
+:class:`~async_rl_ros.core.weights.receiver.WeightReceiver` every runner's workers use (CRCs,
+versions, shapes; a keyframe fetched once when a delta's base is missing). Batches go out
+on ``transitions`` (relative: the worker's namespace).
 """
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, RosTransportConfig
 from async_rl_ros.core.records import PolicyState, TransitionBatch as Batch
-from async_rl_ros.core.weights.codec import CodecError
-from async_rl_ros.core.weights.sharded_weights import ShardAssembler
+from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
 from async_rl_ros.core.workers.runtime import backend_call, build_worker, WorkerRuntime
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
@@ -73,11 +73,9 @@ class EnvWorkerNode(LifecycleNode):
         self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
         self.env = None
         self.runtime: WorkerRuntime | None = None
-        self.assembler = ShardAssembler()
-        self.rejected: collections.Counter[str] = collections.Counter()
-        self._pending: dict[int, PolicyWeights] = {}
-        self._keyframes: dict[int, PolicyWeights] = {}
-        self._pending_lock = threading.Lock()
+        self.boards = [(MemoryBoard(), MemoryBoard())
+                       for _ in range(self.transport.parameter_server.num_shards)]
+        self.receiver: WeightReceiver | None = None
         self._thread: threading.Thread | None = None
         self._label = 'unconfigured'
         self._episodes: list[dict[str, float]] = []
@@ -95,17 +93,22 @@ class EnvWorkerNode(LifecycleNode):
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return TransitionCallbackReturn.FAILURE
         self.env = built.env
+        self.receiver = WeightReceiver([(a.view(), b.view()) for a, b in self.boards],
+                                       built.env.observation_space.shape[0],
+                                       parse=msg_to_shard_packet)
         self.runtime = WorkerRuntime(built, self._send, self._install_weights,
                                      log=LoggingAdapter(self.get_logger()))
         self.transitions_pub = self.create_publisher(TransitionBatch, topics.TRANSITIONS,
                                                      qos.TRANSITIONS)
         self.status_pub = self.create_publisher(WorkerStatus, topics.WORKER_STATUS, qos.STATUS)
         self._entities = [self.transitions_pub, self.status_pub]
-        for shard in range(self.transport.parameter_server.num_shards):
+        for shard, (latest, keyframe) in enumerate(self.boards):
             self._entities.append(self.create_subscription(
-                PolicyWeights, topics.weights_topic(shard), self._on_weights, qos.WEIGHTS))
+                PolicyWeights, topics.weights_topic(shard), self._store_on(latest),
+                qos.WEIGHTS))
             self._entities.append(self.create_subscription(
-                PolicyWeights, topics.keyframe_topic(shard), self._on_keyframe, qos.WEIGHTS))
+                PolicyWeights, topics.keyframe_topic(shard), self._store_on(keyframe),
+                qos.WEIGHTS))
         # Learner stats pace a simulated worker and are the heartbeat of a real arm's gate.
         self._entities.append(self.create_subscription(
             TrainingStats, topics.TRAINING_STATS, self._on_stats, qos.METRICS))
@@ -180,13 +183,11 @@ class EnvWorkerNode(LifecycleNode):
         apply_env_config(self.get_logger(), self.env, section, keys)
 
     # ------------------------------------------------------------------ transport
-    def _on_weights(self, msg: PolicyWeights) -> None:
-        with self._pending_lock:  # only store: the stepping thread decodes
-            self._pending[int(msg.shard_id)] = msg
-
-    def _on_keyframe(self, msg: PolicyWeights) -> None:
-        with self._pending_lock:  # the base of a shard's deltas, for a worker that lacks it
-            self._keyframes[int(msg.shard_id)] = msg
+    @staticmethod
+    def _store_on(board: MemoryBoard) -> Any:
+        def store(msg: PolicyWeights) -> None:
+            board.publish(msg, msg.version)  # only store: the stepping thread decodes
+        return store
 
     def _on_stats(self, msg: TrainingStats) -> None:
         runtime = self.runtime  # only record: the stepping thread / gate decide
@@ -195,23 +196,8 @@ class EnvWorkerNode(LifecycleNode):
                                   int(msg.env_steps_wanted))
 
     def _install_weights(self) -> PolicyState | None:
-        """Verify the stored shard messages, return a new policy state (stepping thread)."""
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
-            keyframes = dict(self._keyframes)
-        newest = None
-        for shard_id, msg in pending.items():
-            try:
-                keyframe = keyframes.get(shard_id)
-                state = self.assembler.add_latest(
-                    msg_to_shard_packet(msg),
-                    msg_to_shard_packet(keyframe) if keyframe is not None else None)
-            except CodecError as exc:
-                self.rejected[exc.reason] += 1
-                self.runtime.weights_rejected(exc.reason)
-                continue  # keep acting with the last good policy
-            newest = state if state is not None else newest
-        return newest
+        """Return a new policy from the stored shard messages, if any (stepping thread)."""
+        return self.runtime.receive(self.receiver)
 
     def _send(self, batch: Batch, episodes: list[dict[str, float]]) -> bool:
         """Publish a full batch, keep the episodes for the status (stepping thread)."""
@@ -239,9 +225,14 @@ class EnvWorkerNode(LifecycleNode):
         msg.policy_version = int(worker.policy.version)
         msg.steps = int(worker.steps)
         msg.batches_sent = int(self.runtime.batches_sent)
-        msg.weights_accepted = int(self.assembler.accepted)
-        msg.weights_rejected = int(self.assembler.rejected_total + sum(self.rejected.values())
-                                   + self.runtime.load_errors)
+        received = self.receiver.stats()
+        msg.weights_accepted = int(received['weights/accepted'])
+        msg.weights_rejected = int(received['weights/rejected'] + self.runtime.load_errors)
+        msg.policies_received = int(self.runtime.policies_received)
+        msg.weights_full_packets = int(received['weights/full_packets'])
+        msg.weights_delta_packets = int(received['weights/delta_packets'])
+        msg.weights_resyncs = int(received['weights/resyncs'])
+        msg.weights_bytes_received = int(received['weights/bytes_received'])
         msg.steps_per_s = float((worker.steps - steps_then) / max(now - then, 1e-6))
         msg.episodes = len(episodes)
         if episodes:

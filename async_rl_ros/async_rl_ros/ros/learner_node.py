@@ -49,10 +49,12 @@ from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
 from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.ros import qos, topics
-from async_rl_ros.ros.conversions import msg_to_batch, shard_packet_to_msg
+from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
+                                          status_to_receiver_stats)
 from async_rl_ros.ros.node_utils import run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionBatch,
@@ -265,12 +267,15 @@ class LearnerNode(Node):
         """Write the checkpoint, the TorchScript policy, the curve and ``summary.json``."""
         with self._lock:
             workers = len(self.workers)
-        finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2',
-                   extra={'mode': 'ros2', 'workers': workers,
-                          'dropped_batches': int(self.buffer.dropped),
-                          'rejected_batches': int(sum(self.ingest_rejected.values())),
-                          'interrupted': not self.finished and
-                          self.learner.env_steps < self.cfg.total_env_steps})
+            received = [status_to_receiver_stats(w['status']) for w in self.workers.values()
+                        if w.get('status')]
+        extra = {'mode': 'ros2', 'workers': workers,
+                 'dropped_batches': int(self.buffer.dropped),
+                 'rejected_batches': int(sum(self.ingest_rejected.values())),
+                 'interrupted': not self.finished and
+                 self.learner.env_steps < self.cfg.total_env_steps}
+        extra.update(weights_summary(received, self.committer.fp32_bytes))
+        finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2', extra=extra)
         self.finished = True
 
     # ------------------------------------------------------------------ status in

@@ -34,6 +34,10 @@ class LoggingAdapter:
     def __init__(self, logger: Any):
         self._logger = logger
 
+    def warning(self, msg: str, *args: Any) -> None:
+        """Log a warning."""
+        self._logger.warning(msg % args)
+
     def error(self, msg: str, *args: Any) -> None:
         """Log an error."""
         self._logger.error(msg % args)

@@ -17,7 +17,8 @@ Single-process training: the training loop with the environment stepped in this 
 
 The reference loop for tests and for comparisons with other SAC implementations: act, step,
 ingest the transition, update ``updates_per_step`` times, the actor acting with every update
-at once. Random actions until ``warmup_steps`` transitions arrived.
+at once (received as the distributed workers receive it: int8 packets through the shards).
+Random actions until ``warmup_steps`` transitions arrived.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def single_process_loop(learner: Learner, env: Any, *, logger: MetricsLogger | N
     """
     seed = learner.cfg.seed if seed is None else seed
     policy = WorkerPolicy(learner.obs_dim, learner.act_dim, learner.cfg.sac.hidden_sizes, seed)
-    inline = InlineWorker(EnvWorker(0, env, policy, batch_size=1, seed=seed))
+    inline = InlineWorker(EnvWorker(0, env, policy, batch_size=1, seed=seed),
+                          learner.policy_state())
     return TrainingLoop(learner, inline, inline, commit_every=1,
                         logger=logger if logger is not None else MetricsLogger(),
                         stats_interval_s=stats_interval_s, evaluator=evaluator)

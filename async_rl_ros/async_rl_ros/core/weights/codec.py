@@ -13,13 +13,14 @@
 # limitations under the License.
 
 """
-Weight codec: int8 affine quantization, deltas on keyframes, zlib and a CRC32 per packet.
+Weight codec: quantized keyframes, int8 deltas on them, zlib and a CRC32 per packet.
 
 The learner's :class:`WeightEncoder` turns float32 tensors into a :class:`WeightPacket`; each
 worker's :class:`WeightDecoder` turns packets back into float32 tensors and rejects bad ones.
 
 Quantization and the byte format are in :mod:`async_rl_ros.core.weights.packet` (re-exported
-here): per-row affine int8, every element within half a step of its value.
+here): per-row affine int8 or symmetric int16, every element within half a step of its
+value.
 
 Deltas on the last keyframe. A full packet is a keyframe; until the next one, every packet is
 a delta from it (``base_version`` = the keyframe's version), not from the previous packet. A
@@ -27,12 +28,15 @@ receiver holding the keyframe can apply any later delta, whichever packets it mi
 what latest-value channels (a shared-memory board, a depth-1 topic) need. The encoder keeps
 :attr:`WeightEncoder.keyframe`, bit for bit what every receiver reconstructs from the keyframe
 (the same numpy operations run on both sides); a delta packet quantizes ``target -
-keyframe``, so each packet carries its own rounding and errors never accumulate. With
-``delta_grid = 'weight'`` (default) a delta row's step is the step a full int8 packet of the
-target row would use, or the delta's own range over 254 steps when that is wider (a row that
-moved by more than its range since the keyframe): the drift since the keyframe becomes a
-few codes around the zero code that zlib packs into a few bits per weight
-(``bench/compression.py``).
+keyframe``, so each packet carries its own rounding and errors never accumulate.
+
+Precision. A keyframe carries ``keyframe_bits`` per weight (int8 affine codes at 8, else
+symmetric int16 codes: 12 by default). A delta row's step is the step a full int8 packet of
+the target row would use divided by ``delta_refine`` (8), or the delta's own range over 254
+steps when that is wider (a row that moved far since the keyframe); the drift since the
+keyframe becomes small codes around the zero code that zlib packs into a few bits per weight.
+The defaults are the smallest packets that keep a trained reach policy's actions within 1e-2
+of the learner's (``bench/compression.py``).
 
 Packets also carry float32 ``extras`` sent as they are (normalizer statistics); a decoder
 refuses statistics a policy would act with NaN on before it accepts anything.
@@ -47,11 +51,13 @@ import zlib
 
 from async_rl_ros.core.config import CodecConfig
 from async_rl_ros.core.records import PolicyState, PolicyStateError
-from async_rl_ros.core.weights.packet import (CodecError, dequantize, ENCODING_FP32,
-                                              ENCODING_INT8, ENCODING_INT8_ZLIB,
-                                              ENCODING_NAMES, FORMAT_VERSION, HEADER_SIZE,
-                                              MAGIC, quantize, QuantizedTensor,
-                                              REJECT_REASONS, row_steps, WeightPacket)
+from async_rl_ros.core.weights.packet import (CodecError, dequantize, dequantize_wide,
+                                              ENCODING_FP32, ENCODING_INT16,
+                                              ENCODING_INT16_ZLIB, ENCODING_INT8,
+                                              ENCODING_INT8_ZLIB, ENCODING_NAMES,
+                                              FORMAT_VERSION, HEADER_SIZE, MAGIC, quantize,
+                                              quantize_wide, QuantizedTensor, REJECT_REASONS,
+                                              row_steps, WeightPacket, wide_planes)
 import numpy as np
 import torch
 
@@ -62,6 +68,8 @@ __all__ = [
     'ENCODING_FP32',
     'ENCODING_INT8',
     'ENCODING_INT8_ZLIB',
+    'ENCODING_INT16',
+    'ENCODING_INT16_ZLIB',
     'ENCODING_NAMES',
     'MAGIC',
     'FORMAT_VERSION',
@@ -210,17 +218,25 @@ class WeightEncoder:
                                  np.zeros(0, np.uint8), value.astype('<f4').tobytes())
             decoded = value
         else:
-            min_step = None
-            if reference is not None and cfg.delta_grid == 'weight':
-                min_step = row_steps(target, cfg.per_channel)
-            codes, scales, zero_points = quantize(value, cfg.per_channel, min_step)
-            payload, encoding = codes.tobytes(), ENCODING_INT8
+            if reference is None and cfg.keyframe_bits > 8:
+                wide, scales = quantize_wide(value, cfg.keyframe_bits, cfg.per_channel)
+                zero_points = np.zeros(len(scales), np.uint8)
+                payload, encoding, packed_encoding = (wide_planes(wide), ENCODING_INT16,
+                                                      ENCODING_INT16_ZLIB)
+                decoded = dequantize_wide(wide, scales)
+            else:
+                min_step = None
+                if reference is not None:
+                    min_step = row_steps(target, cfg.per_channel) / cfg.delta_refine
+                codes, scales, zero_points = quantize(value, cfg.per_channel, min_step)
+                payload, encoding, packed_encoding = (codes.tobytes(), ENCODING_INT8,
+                                                      ENCODING_INT8_ZLIB)
+                decoded = dequantize(codes, scales, zero_points)
             if cfg.entropy_coding == 'zlib':
                 packed = zlib.compress(payload, cfg.zlib_level)
                 if len(packed) < len(payload):
-                    payload, encoding = packed, ENCODING_INT8_ZLIB
+                    payload, encoding = packed, packed_encoding
             qt = QuantizedTensor(name, target.shape, encoding, scales, zero_points, payload)
-            decoded = dequantize(codes, scales, zero_points)
         return qt, decoded if reference is None else reference + decoded
 
 

@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Weight packets: int8 affine quantization and the byte format, with a CRC32 per packet.
+Weight packets: int8 affine and wide symmetric quantization, the byte format, a CRC32.
 
 Quantization (affine, unsigned 8 bit). Each tensor is cut into rows: one row per output
 channel (first axis) for tensors of two or more dimensions when ``per_channel`` is on, else
@@ -26,6 +26,12 @@ one row for the whole tensor. A row ``x`` gets a float32 ``scale`` and a ``zero_
 so 0 is exact and every element is within ``scale / 2`` of ``x``. The range spans 254 steps,
 not 255, so that the rounded zero point can never push the top code past 255. A row that
 is all zeros gets ``scale = 0`` and decodes to exact zeros.
+
+Wide quantization (symmetric, ``bits`` of 9 to 16, int16 codes), for keyframes that must be
+finer than int8: ``scale = max|x| / (2**(bits - 1) - 1)``, ``code = rint(x / scale)``,
+``x_hat = code * scale``, zero points all 0. The payload holds the codes as two byte planes,
+low bytes then high bytes: with fewer than 16 bits the high plane is mostly sign bits, which
+zlib packs into little.
 
 Packets also carry float32 ``extras`` sent as they are (normalizer statistics) and a CRC32.
 The byte layout of :meth:`WeightPacket.to_bytes` (all integers little-endian)::
@@ -68,6 +74,8 @@ __all__ = [
     'ENCODING_FP32',
     'ENCODING_INT8',
     'ENCODING_INT8_ZLIB',
+    'ENCODING_INT16',
+    'ENCODING_INT16_ZLIB',
     'ENCODING_NAMES',
     'MAGIC',
     'FORMAT_VERSION',
@@ -76,6 +84,9 @@ __all__ = [
     'WeightPacket',
     'quantize',
     'dequantize',
+    'quantize_wide',
+    'dequantize_wide',
+    'wide_planes',
     'row_steps',
 ]
 
@@ -84,7 +95,12 @@ __all__ = [
 ENCODING_FP32 = 0  #: payload: little-endian float32 values, row-major
 ENCODING_INT8 = 1  #: payload: uint8 affine codes, row-major
 ENCODING_INT8_ZLIB = 2  #: payload: zlib stream of the uint8 codes
-ENCODING_NAMES = {ENCODING_FP32: 'fp32', ENCODING_INT8: 'int8', ENCODING_INT8_ZLIB: 'int8+zlib'}
+ENCODING_INT16 = 3  #: payload: int16 symmetric codes as two byte planes (low, then high)
+ENCODING_INT16_ZLIB = 4  #: payload: zlib stream of those two planes
+ENCODING_NAMES = {ENCODING_FP32: 'fp32', ENCODING_INT8: 'int8', ENCODING_INT8_ZLIB: 'int8+zlib',
+                  ENCODING_INT16: 'int16', ENCODING_INT16_ZLIB: 'int16+zlib'}
+_WIDE = (ENCODING_INT16, ENCODING_INT16_ZLIB)
+_ZLIB = (ENCODING_INT8_ZLIB, ENCODING_INT16_ZLIB)
 
 MAGIC = b'ARWQ'
 FORMAT_VERSION = 1
@@ -158,6 +174,48 @@ def quantize(x: np.ndarray, per_channel: bool = True, min_step: np.ndarray | Non
     return codes.reshape(np.shape(x)), scales, zero_points.astype(np.uint8)
 
 
+def quantize_wide(x: np.ndarray, bits: int, per_channel: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Quantize a float array to symmetric int16 codes of ``bits`` bits, one scale per row.
+
+    :param x: finite float array of any shape.
+    :param bits: 9 to 16.
+    :param per_channel: one row per entry of the first axis when ``x.ndim >= 2``.
+    :returns: ``(codes, scales)``: int16 codes of ``x``'s shape and float32 scales of shape
+        ``(rows,)``. Every element decodes to within ``scale / 2`` of its value.
+    """
+    if not 9 <= bits <= 16:
+        raise ValueError(f'bits must be 9..16, got {bits}')
+    top = 2 ** (bits - 1) - 1
+    rows = _rows(np.asarray(x, dtype=np.float32), per_channel)
+    peak = np.abs(rows).max(axis=1, initial=0.0).astype(np.float64)
+    scales = (peak / top).astype(np.float32)
+    safe = np.where(scales > 0, scales, 1.0).astype(np.float64)
+    codes = np.clip(np.rint(rows / safe[:, None]), -top, top).astype(np.int16)
+    return codes.reshape(np.shape(x)), scales
+
+
+def dequantize_wide(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Map int16 codes back to float32: ``code * scale`` row by row."""
+    scales = np.asarray(scales, dtype=np.float32)
+    n = len(scales)
+    rows = codes.reshape(n, codes.size // n if n else 0).astype(np.float32)
+    with np.errstate(over='ignore'):  # a crafted scale may overflow; the decoder checks
+        rows *= scales[:, None]
+    return rows.reshape(codes.shape)
+
+
+def wide_planes(codes: np.ndarray) -> bytes:
+    """Return int16 codes as two byte planes: every low byte, then every high byte."""
+    return np.ascontiguousarray(codes.astype('<i2').reshape(-1, 1).view(np.uint8).T).tobytes()
+
+
+def _from_planes(payload: bytes, n: int) -> np.ndarray:
+    planes = np.frombuffer(payload, dtype=np.uint8).reshape(2, n)
+    return np.ascontiguousarray(planes.T).view('<i2').reshape(n).astype(np.int16)
+
+
 def dequantize(codes: np.ndarray, scales: np.ndarray, zero_points: np.ndarray) -> np.ndarray:
     """
     Map uint8 codes back to float32: ``(code - zero_point) * scale`` row by row.
@@ -184,9 +242,9 @@ class QuantizedTensor:
 
     :param name: state-dict key, e.g. ``trunk.0.weight``.
     :param shape: tensor shape.
-    :param encoding: ``ENCODING_FP32``, ``ENCODING_INT8`` or ``ENCODING_INT8_ZLIB``.
+    :param encoding: one of the ``ENCODING_*`` constants.
     :param scales: float32 step per row (empty for float32).
-    :param zero_points: uint8 zero point per row (same length as ``scales``).
+    :param zero_points: uint8 zero point per row (same length as ``scales``; 0 for int16).
     :param payload: the encoded values (see the encoding constants).
     """
 
@@ -227,7 +285,7 @@ class QuantizedTensor:
                                  f'{n} float32 values')
             return np.frombuffer(self.payload, dtype='<f4').astype(np.float32).reshape(
                 self.shape)
-        if self.encoding not in (ENCODING_INT8, ENCODING_INT8_ZLIB):
+        if self.encoding not in (ENCODING_INT8, ENCODING_INT8_ZLIB) + _WIDE:
             raise CodecError('encoding', f'{self.name}: unknown encoding {self.encoding}')
         rows = self.shape[0] if self.shape else 1
         if len(self.scales) not in (1, rows) or len(self.zero_points) != len(self.scales):
@@ -235,12 +293,18 @@ class QuantizedTensor:
                              f'{len(self.zero_points)} zero points for shape {self.shape}')
         if not (np.isfinite(self.scales).all() and (self.scales >= 0).all()):
             raise CodecError('encoding', f'{self.name}: scales must be finite and >= 0')
+        wide = self.encoding in _WIDE
+        size = 2 * n if wide else n
         payload = self.payload
-        if self.encoding == ENCODING_INT8_ZLIB:
-            payload = _inflate(payload, n, self.name)
-        if len(payload) != n:
-            raise CodecError('shape', f'{self.name}: {len(payload)} codes for shape '
+        if self.encoding in _ZLIB:
+            payload = _inflate(payload, size, self.name)
+        if len(payload) != size:
+            raise CodecError('shape', f'{self.name}: {len(payload)} payload bytes for shape '
                              f'{self.shape}')
+        if wide:
+            if self.zero_points.any():
+                raise CodecError('encoding', f'{self.name}: int16 codes with zero points')
+            return dequantize_wide(_from_planes(payload, n).reshape(self.shape), self.scales)
         codes = np.frombuffer(payload, dtype=np.uint8).reshape(self.shape)
         return dequantize(codes, self.scales, self.zero_points)
 

@@ -79,6 +79,11 @@ class ShardedCommitter:
         self.commits = 0
         self.refused = 0  # states a worker could not act with: never committed
 
+    @property
+    def fp32_bytes(self) -> int:
+        """Return the bytes of the actor in float32: what the codec's reduction is against."""
+        return sum(v.nbytes for v in self._values.values())
+
     def partitions_of(self, shard_id: int) -> list[str]:
         """Return the keys of the partitions shard ``shard_id`` holds, in layout order."""
         return [p.key for p in self._held[int(shard_id)]]

@@ -16,22 +16,26 @@
 A worker and an evaluator in the learner's own process (single-process training).
 
 :class:`InlineWorker` is both ports of the training loop at once: its source steps the
-environment one transition at a time when the loop asks for data, and its sink hands each
-new policy straight to the worker, so the actor acts with every update at once -- the
-reference SAC loop. :class:`PolicyEvaluator` scores snapshots on fixed seeds; inline it runs
+environment one transition at a time when the loop asks for data, and its sink sends each
+new policy down the weight path every runner uses (committer, shard replicas, int8 keyframes
+and deltas, the worker's assembler:
+:class:`~async_rl_ros.core.weights.receiver.InProcessWeightPath`) and the worker acts with it
+at once -- the reference SAC loop, with the packets of the
+distributed runners. :class:`PolicyEvaluator` scores snapshots on fixed seeds; inline it runs
 when a snapshot is submitted, and the local runner runs the same object in a process of its
 own so that evaluation never stops the learner.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
 
+from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
 from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.weights.receiver import InProcessWeightPath, weights_summary
 from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
 
 __all__ = ['InlineWorker', 'PolicyEvaluator', 'EVAL_SEED']
@@ -45,12 +49,21 @@ class InlineWorker:
     Source and sink of single-process training: one env worker stepped on demand.
 
     :param worker: the env worker (batch size 1: each transition is ingested at once).
+    :param initial: the learner's policy state the shards start from.
+    :param ps_cfg: shards, replicas, ring, chunk size of the weight path.
+    :param codec_cfg: codec of the packets the shards serve.
     """
 
     blocking = True
 
-    def __init__(self, worker: EnvWorker):
+    def __init__(self, worker: EnvWorker, initial: PolicyState,
+                 ps_cfg: ParameterServerConfig | None = None,
+                 codec_cfg: CodecConfig | None = None):
         self.worker = worker
+        self.weights = InProcessWeightPath(ps_cfg or ParameterServerConfig(),
+                                           codec_cfg or CodecConfig(), initial)
+        self.receiver = self.weights.receiver(worker.env.observation_space.shape[0])
+        self.policies = 0
 
     def take(self) -> list[Received]:
         """Step the environment once; return the transition."""
@@ -63,14 +76,23 @@ class InlineWorker:
         """Nothing to maintain in one process."""
 
     def metrics(self) -> dict[str, float]:
-        """Report nothing: there is no transport in one process."""
-        return {}
+        """Return the weight path's counters: what the worker received."""
+        return {k: float(v) for k, v in {**self.weights.stats(),
+                                         **self.receiver.stats()}.items()}
 
-    def publish(self, state: PolicyState) -> int:
-        """Load the state into the worker as the next version; return that version."""
-        version = max(state.version, self.worker.policy.version) + 1
-        self.worker.load_policy(dataclasses.replace(state, version=version))
+    def publish(self, state: PolicyState) -> int | None:
+        """Commit the state, let the worker receive it; return its version."""
+        version = self.weights.publish(state)
+        received = self.receiver.poll()
+        if received is not None:
+            self.worker.load_policy(received)
+            self.policies += 1
         return version
+
+    def summary(self) -> dict[str, Any]:
+        """Return the ``weights_*`` figures of ``summary.json``."""
+        return weights_summary([{**self.receiver.stats(), 'policies': self.policies}],
+                               self.weights.committer.fp32_bytes)
 
 
 class PolicyEvaluator:

@@ -136,6 +136,7 @@ class WorkerRuntime:
         self.batches_sent = 0
         self.dropped = 0
         self.load_errors = 0
+        self.policies_received = 0
         self.failures: collections.deque[float] = collections.deque()
 
     # ------------------------------------------------------------------ inputs
@@ -155,6 +156,26 @@ class WorkerRuntime:
         """Count a rejected packet: a real arm holds still on a CRC failure."""
         if reason == 'crc' and self.built.gate is not None:
             self.built.gate.crc_failure()
+
+    def receive(self, receiver: Any) -> PolicyState | None:
+        """
+        Poll a :class:`~async_rl_ros.core.weights.receiver.WeightReceiver` for a new policy.
+
+        Rejected packets are logged with their reasons and the last good policy stays in use;
+        those that failed their CRC reach the gate (a real arm holds still).
+        """
+        before = receiver.rejections()
+        state = receiver.poll()
+        new = receiver.rejections() - before
+        if new:
+            self.log.warning('worker %d rejected %d weight packets (%s); acting with policy '
+                             'version %d', self.worker.worker_id, sum(new.values()),
+                             ', '.join(f'{k}: {v}' for k, v in sorted(new.items())),
+                             self.worker.policy.version)
+            for _ in range(new['crc']):
+                self.weights_rejected('crc')
+        self.policies_received += state is not None
+        return state
 
     def learner_heard(self, policy_version: int, received: int, wanted: int) -> None:
         """Take the learner's counters: the gate's heartbeat, a simulated arm's pacing."""

@@ -58,9 +58,6 @@ from async_rl_ros.core.learning.replay.segment_tree import MinTree, SumTree
 from async_rl_ros.core.records import SOURCES
 import numpy as np
 
-_STALENESS = ('off', 'weight', 'skip')
-_INT_MAX = 2**31 - 1
-
 
 class CountAwarePrioritizedSampler:
     """
