@@ -243,3 +243,42 @@ def test_the_in_process_path_sends_the_same_deltas_and_a_late_receiver_recovers(
         version = path.publish(state)
     assert late.poll().version == version and late.resyncs == 1
     assert prompt.rejected == late.rejected == 0
+
+
+def test_a_receiver_stays_on_the_shard_whose_keyframe_it_holds():
+    """With replicas, a delta from the shard whose keyframe it holds beats a keyframe fetch."""
+    from async_rl_ros.core.weights.receiver import MemoryBoard, ShardOutlet, WeightReceiver
+    from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
+
+    run = _learner()
+    _, initial = next(run)
+    ps = ParameterServerConfig()
+    committer = ShardedCommitter(ps, initial)
+    replicas = [ShardReplica(i, ps.num_shards, CodecConfig(full_every=3)) for i in range(2)]
+    boards = [(MemoryBoard(), MemoryBoard()) for _ in range(2)]
+    outlets = [ShardOutlet(*pair) for pair in boards]
+    receiver = WeightReceiver([(a.view(), b.view()) for a, b in boards], OBS_DIM)
+
+    def commit(shards):
+        _, state = next(run)
+        packets = committer.commit(state)
+        for i in shards:  # the other shard lags behind (its process is slow)
+            replicas[i].apply(packets[i])
+            outlets[i].post(replicas[i])
+        return packets
+
+    for i in range(2):
+        replicas[i].apply(committer.full(i))
+        outlets[i].post(replicas[i])
+    assert receiver.poll().version == 0
+    for version in (1, 2):                # deltas on keyframe 0, read from shard 0
+        commit([0, 1])
+        assert receiver.poll().version == version
+    lagging = commit([1])                 # shard 1 serves keyframe 3 first ...
+    assert receiver.poll().version == 3 and receiver.full_packets == 2
+    replicas[0].apply(lagging[0])         # ... then shard 0 catches up
+    outlets[0].post(replicas[0])
+    for _ in range(2):
+        commit([0, 1])                    # deltas on keyframe 3, from both shards
+        assert receiver.poll() is not None
+    assert receiver.resyncs == 0 and receiver.full_packets == 2 and receiver.rejected == 0

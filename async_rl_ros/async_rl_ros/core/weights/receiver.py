@@ -132,8 +132,8 @@ class WeightReceiver:
 
     Each :meth:`poll` reads the boards newest version first and stops as soon as a policy is
     assembled, so with replicas a worker usually reads one shard's packet per version. A shard
-    whose keyframe the worker holds counts as one version newer than it is: a keyframe costs
-    about as much as two deltas, so the worker rather waits one poll for its shard than fetch
+    whose current keyframe the worker holds counts as one version newer than it is: a keyframe
+    costs several deltas, so the worker rather waits one poll for that shard than fetch
     another's keyframe. A shard that stops serving falls behind and the replicas' boards are
     read instead.
 
@@ -187,9 +187,11 @@ class WeightReceiver:
 
         Bad packets are counted and skipped: the caller keeps acting with its last policy.
         """
-        known = self.assembler.decoders
-        versions = [latest.version + (i in known) for i, (latest, _) in enumerate(self.boards)]
-        order = sorted(range(len(self.boards)), key=lambda i: (-versions[i], i not in known, i))
+        decoders = self.assembler.decoders
+        holds = [i in decoders and decoders[i].key_version == key.version >= 0
+                 for i, (_, key) in enumerate(self.boards)]  # this shard's current keyframe
+        versions = [latest.version + holds[i] for i, (latest, _) in enumerate(self.boards)]
+        order = sorted(range(len(self.boards)), key=lambda i: (-versions[i], not holds[i], i))
         fallback = None
         for i in order:
             latest, key = self.boards[i]
