@@ -15,11 +15,12 @@
 """
 ``env_worker`` node: a lifecycle node that steps one environment and publishes transitions.
 
-Lifecycle: *configure* builds the environment from the ``env_worker`` parameters (the
-:class:`~async_rl_ros.core.config.EnvWorkerConfig`; ``backend`` picks the simulated or the
-real arm, which connects here) and the :class:`~async_rl_ros.core.workers.env_worker.EnvWorker`;
-*activate* starts the stepping thread; *deactivate* stops it and stops the arm; *cleanup*
-and *shutdown* release the environment. Every command passes the environment's safety filter.
+Lifecycle (:class:`~async_rl_ros.ros.arm_node.ArmNode`): *configure* builds the worker from
+the ``env_worker`` parameters (:func:`~async_rl_ros.core.workers.runtime.build_worker`, as the
+local runner does; ``backend`` picks the simulated or the real arm, which connects here);
+*activate* starts the :class:`~async_rl_ros.core.workers.runtime.WorkerRuntime` thread;
+*deactivate* stops it and stops the arm; *cleanup* and *shutdown* release the environment.
+Every command passes the environment's safety filter.
 
 The executor never waits on the environment: weight messages are only stored by their
 callbacks on per-shard boards (the newest packet and the keyframe it is based on), and the
@@ -38,23 +39,20 @@ from typing import Any
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, RosTransportConfig
 from async_rl_ros.core.records import PolicyState, TransitionBatch as Batch
 from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
-from async_rl_ros.core.workers.runtime import backend_call, build_worker, WorkerRuntime
+from async_rl_ros.core.workers.runtime import build_worker, WorkerRuntime
 from async_rl_ros.ros import qos, topics
+from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
 from async_rl_ros.ros.node_utils import apply_env_config, LoggingAdapter, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import PolicyWeights, TrainingStats, TransitionBatch, WorkerStatus
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.publisher import Publisher
-from rclpy.subscription import Subscription
-from rclpy.timer import Timer
 
 __all__ = ['EnvWorkerNode', 'main']
 
 
-class EnvWorkerNode(LifecycleNode):
+class EnvWorkerNode(ArmNode):
     """One env worker (parameters: ``env_worker`` section, ``transport.*``, identity)."""
 
     def __init__(self, **kwargs):
@@ -71,27 +69,23 @@ class EnvWorkerNode(LifecycleNode):
                 description="Hidden layer widths of the learner's actor (learner "
                 'sac.hidden_sizes).', read_only=True)).value)
         self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
-        self.env = None
         self.runtime: WorkerRuntime | None = None
         self.boards = [(MemoryBoard(), MemoryBoard())
                        for _ in range(self.transport.parameter_server.num_shards)]
         self.receiver: WeightReceiver | None = None
-        self._thread: threading.Thread | None = None
-        self._label = 'unconfigured'
         self._episodes: list[dict[str, float]] = []
         self._episodes_lock = threading.Lock()
         self._last_status = (time.monotonic(), 0)
-        self._entities: list[Any] = []
 
-    # ------------------------------------------------------------------ lifecycle
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+    # ------------------------------------------------------------------ lifecycle hooks
+    def build(self) -> bool:
         """Build (connect) the environment, the worker and the topics."""
         try:
             built = build_worker(self.cfg, self.worker_id, self.hidden,
                                  self.transport.transition_batch)
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
-            return TransitionCallbackReturn.FAILURE
+            return False
         self.env = built.env
         self.receiver = WeightReceiver([(a.view(), b.view()) for a, b in self.boards],
                                        built.env.observation_space.shape[0],
@@ -101,82 +95,37 @@ class EnvWorkerNode(LifecycleNode):
         self.transitions_pub = self.create_publisher(TransitionBatch, topics.TRANSITIONS,
                                                      qos.TRANSITIONS)
         self.status_pub = self.create_publisher(WorkerStatus, topics.WORKER_STATUS, qos.STATUS)
-        self._entities = [self.transitions_pub, self.status_pub]
+        self.entities = [self.transitions_pub, self.status_pub]
         for shard, (latest, keyframe) in enumerate(self.boards):
-            self._entities.append(self.create_subscription(
+            self.entities.append(self.create_subscription(
                 PolicyWeights, topics.weights_topic(shard), self._store_on(latest),
                 qos.WEIGHTS))
-            self._entities.append(self.create_subscription(
+            self.entities.append(self.create_subscription(
                 PolicyWeights, topics.keyframe_topic(shard), self._store_on(keyframe),
                 qos.WEIGHTS))
         # Learner stats pace a simulated worker and are the heartbeat of a real arm's gate.
-        self._entities.append(self.create_subscription(
+        self.entities.append(self.create_subscription(
             TrainingStats, topics.TRAINING_STATS, self._on_stats, qos.METRICS))
-        self._entities.append(self.create_timer(1.0 / self.transport.diagnostics_hz,
-                                                self._publish_status))
-        self._label = 'inactive'
+        self.entities.append(self.create_timer(1.0 / self.transport.diagnostics_hz,
+                                               self._publish_status))
         self.get_logger().info(f'worker {self.worker_id} configured ({self.cfg.backend})')
-        return TransitionCallbackReturn.SUCCESS
+        return True
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Start stepping."""
+    def stepping(self) -> Any:
+        """Return the runtime's stepping loop."""
         self.runtime.stop_event.clear()
-        backend_call(self.env, 'resume')
-        self._thread = threading.Thread(target=self.runtime.run, name='env_worker',
-                                        daemon=True)
-        self._thread.start()
-        self._label = 'active'
-        return TransitionCallbackReturn.SUCCESS
+        return self.runtime.run
 
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop stepping, then stop the arm."""
-        self._halt()
-        self._label = 'inactive'
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Release the environment and the topics."""
-        self._release()
-        self._label = 'unconfigured'
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop and release everything."""
-        self.close()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop the arm and release the environment after an error."""
-        self.close()
-        return TransitionCallbackReturn.SUCCESS
-
-    def close(self) -> None:
-        """Stop the thread and the arm and release the environment (idempotent)."""
-        self._halt()
-        self._release()
-        self._label = 'finalized'
-
-    def _halt(self) -> None:
+    def request_stop(self) -> None:
+        """Stop the runtime (a step held by the policy gate returns)."""
         if self.runtime is not None:
-            self.runtime.stop()  # a step held by the policy gate returns
-        if self._thread is not None:
-            self._thread.join(timeout=10.0)
-            self._thread = None
-        if self.runtime is not None:
-            self.runtime.stop_arm()
+            self.runtime.stop()
+        else:
+            super().request_stop()
 
-    def _release(self) -> None:
-        for entity in self._entities:
-            if isinstance(entity, Timer):
-                self.destroy_timer(entity)
-            elif isinstance(entity, Publisher):
-                self.destroy_publisher(entity)
-            elif isinstance(entity, Subscription):
-                self.destroy_subscription(entity)
-        self._entities = []
-        if self.env is not None:
-            self.env.close()
-            self.env = None
+    def release(self) -> None:
+        """Release the topics and the environment."""
+        super().release()
         self.runtime = None
 
     def _on_config(self, section: EnvWorkerConfig, keys: tuple[str, ...]) -> None:
@@ -221,7 +170,7 @@ class EnvWorkerNode(LifecycleNode):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.worker_id = self.worker_id
         msg.source = self.source
-        msg.state = self.runtime.state if self._label == 'active' else self._label
+        msg.state = self.runtime.state if self.label == 'active' else self.label
         msg.policy_version = int(worker.policy.version)
         msg.steps = int(worker.steps)
         msg.batches_sent = int(self.runtime.batches_sent)

@@ -32,18 +32,18 @@ from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.learning.learner import EpisodeTracker
 from async_rl_ros.core.workers.runtime import backend_call, build_env
 from async_rl_ros.ros import qos, topics
+from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.node_utils import apply_env_config, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import WorkerStatus
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 import torch
 
 __all__ = ['PolicyRunnerNode', 'main']
 
 
-class PolicyRunnerNode(LifecycleNode):
+class PolicyRunnerNode(ArmNode):
     """Deterministic rollouts of an exported policy (parameters: ``env_worker`` section, ...)."""
 
     def __init__(self, **kwargs):
@@ -59,86 +59,35 @@ class PolicyRunnerNode(LifecycleNode):
             description='Id in the status messages.', read_only=True,
             integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
         self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
-        self.env: Any = None
         self.policy: Any = None
         self.tracker = EpisodeTracker()
         self.steps = 0
         self._episodes: list[dict[str, float]] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._label = 'unconfigured'
-        self._timer = None
         self.status_pub = self.create_publisher(WorkerStatus, topics.POLICY_RUNNER_STATUS,
                                                 qos.STATUS)
 
     def _on_config(self, section: EnvWorkerConfig, keys: tuple[str, ...]) -> None:
         apply_env_config(self.get_logger(), self.env, section, keys)
 
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+    def build(self) -> bool:
         """Load the policy and build (connect) the environment."""
         try:
             self.policy = torch.jit.load(self.policy_path, map_location='cpu').eval()
         except (OSError, RuntimeError, ValueError) as exc:
             self.get_logger().error(f'cannot load the policy {self.policy_path}: {exc}')
-            return TransitionCallbackReturn.FAILURE
+            return False
         try:
             self.env = build_env(self.cfg)  # a fixed policy: no gate
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
-            return TransitionCallbackReturn.FAILURE
-        self._timer = self.create_timer(1.0, self._publish_status)
-        self._label = 'inactive'
-        return TransitionCallbackReturn.SUCCESS
+            return False
+        self.entities = [self.create_timer(1.0, self._publish_status)]
+        return True
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Start the episodes."""
-        self._stop.clear()
-        backend_call(self.env, 'resume')
-        self._thread = threading.Thread(target=self._run, name='policy_runner', daemon=True)
-        self._thread.start()
-        self._label = 'active'
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop stepping, then stop the arm."""
-        self._halt()
-        self._label = 'inactive'
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Release the environment."""
-        self._release()
-        self._label = 'unconfigured'
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop and release everything."""
-        self.close()
-        return TransitionCallbackReturn.SUCCESS
-
-    def close(self) -> None:
-        """Stop the thread and the arm, release the environment (idempotent)."""
-        self._halt()
-        self._release()
-
-    def _halt(self) -> None:
-        self._stop.set()
-        if self.env is not None:
-            backend_call(self.env, 'interrupt')  # a step waiting (e.g. a cool-down) returns
-        if self._thread is not None:
-            self._thread.join(timeout=10.0)
-            self._thread = None
-        if self.env is not None:
-            backend_call(self.env, 'stop')
-
-    def _release(self) -> None:
-        if self._timer is not None:
-            self.destroy_timer(self._timer)
-            self._timer = None
-        if self.env is not None:
-            self.env.close()
-            self.env = None
+    def stepping(self) -> Any:
+        """Return the episode loop."""
+        return self._run
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray) -> np.ndarray:
@@ -149,8 +98,8 @@ class PolicyRunnerNode(LifecycleNode):
         try:
             self._episodes_until_stopped()
         except Exception as exc:  # noqa: B902 -- NeedsPerson included: stop, report, no retry
-            if not self._stop.is_set():
-                self._label = 'error'
+            if not self.stop_event.is_set():
+                self.label = 'error'
                 self.get_logger().error(f'policy runner stopped: {exc!r}')
         finally:
             backend_call(self.env, 'stop')
@@ -158,7 +107,7 @@ class PolicyRunnerNode(LifecycleNode):
     def _episodes_until_stopped(self) -> None:
         env = self.env
         obs, _ = env.reset(seed=self.cfg.seed)
-        while not self._stop.is_set():
+        while not self.stop_event.is_set():
             obs, reward, terminated, truncated, info = env.step(self._act(obs))
             self.steps += 1
             done = terminated or truncated
@@ -183,7 +132,7 @@ class PolicyRunnerNode(LifecycleNode):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.worker_id = self.runner_id
         msg.source = self.source
-        msg.state = self._label
+        msg.state = self.label
         msg.policy_version = -1
         msg.steps = int(self.steps)
         msg.episodes = len(episodes)

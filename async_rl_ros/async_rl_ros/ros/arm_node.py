@@ -1,0 +1,148 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The lifecycle every node that drives an arm shares (``env_worker``, ``policy_runner``).
+
+*configure* builds (connects) the environment -- the subclass's :meth:`ArmNode.build` --;
+*activate* resumes the arm and starts the stepping thread (:meth:`ArmNode.stepping`);
+*deactivate* asks the thread to stop, waits for it and stops the arm; *cleanup*, *shutdown*
+and *error* also release the environment and the node's timers, publishers and
+subscriptions. The node's ``label`` (unconfigured, inactive, active, finalized) goes into
+its status messages.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from async_rl_ros.core.workers.runtime import backend_call
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.publisher import Publisher
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
+
+__all__ = ['ArmNode']
+
+JOIN_TIMEOUT_S = 10.0  # a step held by a real arm returns on interrupt well before this
+
+
+class ArmNode(LifecycleNode):
+    """
+    A lifecycle node with an environment and one stepping thread.
+
+    Subclasses implement :meth:`build` (return ``False`` on failure, after logging why) and
+    :meth:`stepping` (the thread's target, which returns once :attr:`stop_event` is set); they
+    may override :meth:`request_stop` and :meth:`stop_arm`.
+    """
+
+    def __init__(self, node_name: str, **kwargs: Any):
+        super().__init__(node_name, **kwargs)
+        self.env: Any = None
+        self.label = 'unconfigured'
+        self.stop_event = threading.Event()
+        self.entities: list[Any] = []  # timers, publishers, subscriptions of configure
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ subclass hooks
+    def build(self) -> bool:
+        """Build (connect) :attr:`env` and the node's entities; return success."""
+        raise NotImplementedError
+
+    def stepping(self) -> Callable[[], None]:
+        """Return the stepping thread's target."""
+        raise NotImplementedError
+
+    def request_stop(self) -> None:
+        """Ask the stepping thread to return; a step held by a real arm returns at once."""
+        self.stop_event.set()
+        if self.env is not None:
+            backend_call(self.env, 'interrupt')
+
+    def stop_arm(self) -> None:
+        """Stop the arm (a simulated one: nothing to do)."""
+        if self.env is not None:
+            backend_call(self.env, 'stop')
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Build (connect) the environment and the topics."""
+        if not self.build():
+            return TransitionCallbackReturn.FAILURE
+        self.label = 'inactive'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Resume the arm and start stepping."""
+        self.stop_event.clear()
+        backend_call(self.env, 'resume')
+        self._thread = threading.Thread(target=self.stepping(), name=self.get_name(),
+                                        daemon=True)
+        self._thread.start()
+        self.label = 'active'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop stepping, then stop the arm."""
+        self.halt()
+        self.label = 'inactive'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Release the environment and the topics."""
+        self.release()
+        self.label = 'unconfigured'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop and release everything."""
+        self.close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop the arm and release the environment after an error."""
+        self.close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def close(self) -> None:
+        """Stop the thread and the arm and release the environment (idempotent)."""
+        self.halt()
+        self.release()
+        self.label = 'finalized'
+
+    def halt(self) -> None:
+        """Stop the stepping thread, then the arm (report, never raise)."""
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(timeout=JOIN_TIMEOUT_S)
+            self._thread = None
+        try:
+            self.stop_arm()
+        except Exception as exc:  # noqa: B902 -- report; the watchdog still stops the arm
+            self.get_logger().error(f'stopping the arm failed: {exc}')
+
+    def release(self) -> None:
+        """Destroy the entities of configure and close the environment."""
+        for entity in self.entities:
+            if isinstance(entity, Timer):
+                self.destroy_timer(entity)
+            elif isinstance(entity, Publisher):
+                self.destroy_publisher(entity)
+            elif isinstance(entity, Subscription):
+                self.destroy_subscription(entity)
+        self.entities = []
+        if self.env is not None:
+            self.env.close()
+            self.env = None
