@@ -26,7 +26,8 @@ declaration come:
 
 Sections nest: a field whose type is another section becomes a dotted prefix
 (``task.control_hz``), which is also how ROS 2 flattens nested YAML parameters. The sections
-themselves are declared in :mod:`async_rl_ros.core.config`.
+themselves are declared in :mod:`async_rl_ros.core.sections` and imported from
+:mod:`async_rl_ros.core.config`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,23 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The configuration sections, one module per stretch of the data path.
+
+``env`` holds what an environment worker steps with (task, safety limits, simulator, ur_rtde),
+``learning`` what the learner trains with (SAC, replay, hindsight, doctor, batch size,
+checkpoints), ``transport`` what carries transitions and weights between them (weight codec,
+parameter server, the no-ROS runner and the ROS transport). Import the sections from
+:mod:`async_rl_ros.core.config`, which re-exports every one and maps node names to them.
+"""

@@ -1,0 +1,248 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Sections of the environment side: reach task, safety limits, simulator and the physical UR5.
+
+``EnvWorkerConfig`` (node ``env_worker``) gathers them and checks the rules that span them.
+Import them from :mod:`async_rl_ros.core.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from async_rl_ros.core.options import check_box, ConfigError, INT32_MAX, option, Section
+
+#: Start-pose check of ``EnvWorkerConfig``: at least this many of ``START_DRAWS`` seeded draws
+#: of ``home_q + noise`` must lie within the safety limits (resets rejection-sample them).
+MIN_START_FIT, START_DRAWS = 50, 200
+_TWO_PI = 6.2832  # rad, 2 pi rounded up: UR joints turn +-360 deg
+
+
+@dataclasses.dataclass
+class ReachTaskConfig(Section):
+    """The reach task, simulated or real; at run time changes apply from the next episode."""
+
+    control_hz: float = option(25.0, 'RL control rate; one env step lasts 1/control_hz.',
+                               unit='Hz', low=1.0, high=500.0)
+    episode_seconds: float = option(4.0, 'Episode time limit; the episode is truncated after it.',
+                                    unit='s', low=0.04, high=3600.0)
+    action_scale: float = option(0.5, 'Fraction of the joint speed limit that action 1.0 means.',
+                                 low=0.0, high=1.0, low_open=True)
+    home_q: list[float] = option(
+        [0.0, -1.5708, 1.5708, -1.5708, -1.5708, 0.0],
+        'Joint positions the arm returns to on reset.', unit='rad',
+        low=-_TWO_PI, high=_TWO_PI, length=6)
+    home_noise: float = option(0.05, 'Uniform noise added to each home joint position on reset.',
+                               unit='rad', low=0.0, high=0.5)
+    target_low: list[float] = option([-0.60, -0.30, 0.10],
+                                     'Lower corner of the target box (base frame).',
+                                     unit='m', low=-2.0, high=2.0, length=3)
+    target_high: list[float] = option([-0.30, 0.10, 0.45],
+                                      'Upper corner of the box targets are sampled in.',
+                                      unit='m', low=-2.0, high=2.0, length=3)
+    success_distance: float = option(0.02, 'Flange-to-target distance that counts as reached.',
+                                     unit='m', low=0.0, high=1.0, low_open=True)
+    distance_weight: float = option(1.0, 'Weight of the -distance reward term.',
+                                    low=0.0, high=100.0)
+    shaping_weight: float = option(1.0, 'Weight of the 0.5 * (1 - tanh(d / shaping_scale)) term.',
+                                   low=0.0, high=100.0)
+    shaping_scale: float = option(0.1, 'Length scale of the tanh shaping term.', unit='m',
+                                  low=0.0, high=10.0, low_open=True)
+    action_penalty: float = option(0.0, 'Weight of the -||action||^2 reward term.',
+                                   low=0.0, high=100.0)
+    terminate_on_success: bool = option(False, 'End the episode as soon as the target is reached.')
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Check that the target box is not empty."""
+        check_box(self.target_low, self.target_high, prefix + 'target', source)
+
+    @property
+    def dt(self) -> float:
+        """Control period (s)."""
+        return 1.0 / self.control_hz
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Episode length in control steps."""
+        return max(1, int(round(self.episode_seconds * self.control_hz)))
+
+
+@dataclasses.dataclass
+class SafetyConfig(Section):
+    """Limits of every command; at run time a change tightens at once, loosens next episode."""
+
+    joint_lower: list[float] = option([-2 * math.pi] * 6, 'Hard lower joint position limits.',
+                                      unit='rad', low=-_TWO_PI, high=_TWO_PI, length=6)
+    joint_upper: list[float] = option([2 * math.pi] * 6, 'Hard upper joint position limits.',
+                                      unit='rad', low=-_TWO_PI, high=_TWO_PI, length=6)
+    joint_margin: float = option(0.05, 'Distance kept from each joint limit.', unit='rad',
+                                 low=0.0, high=1.0)
+    max_joint_speed: list[float] = option([3.14] * 6, 'Joint speed limits.', unit='rad/s',
+                                          low=0.0, high=3.15, low_open=True, length=6)
+    max_joint_accel: float = option(8.0, 'Joint acceleration limit (change of the commanded '
+                                    'velocity per second).', unit='rad/s^2',
+                                    low=0.0, high=40.0, low_open=True)
+    workspace_low: list[float] = option([-0.80, -0.55, 0.03],
+                                        'Lower corner of the box the end effector must stay in.',
+                                        unit='m', low=-2.0, high=2.0, length=3)
+    workspace_high: list[float] = option([-0.15, 0.35, 0.75],
+                                         'Upper corner of the end-effector box.',
+                                         unit='m', low=-2.0, high=2.0, length=3)
+    workspace_margin: float = option(0.01, 'Distance the filter keeps from the box faces.',
+                                     unit='m', low=0.0, high=0.2)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Check that the joint range and the workspace box are non-empty."""
+        check_box(self.workspace_low, self.workspace_high, prefix + 'workspace', source)
+        for i, (lo, hi) in enumerate(zip(self.joint_lower, self.joint_upper)):
+            if hi - lo <= 2 * self.joint_margin:
+                raise ConfigError(f'{prefix}joint_upper[{i}]', hi,
+                                  f'> joint_lower[{i}] + 2 * joint_margin = '
+                                  f'{lo + 2 * self.joint_margin:g}', source)
+
+
+@dataclasses.dataclass
+class SimConfig(Section):
+    """PyBullet simulation of the UR5."""
+
+    physics_hz: float = option(500.0, 'Physics rate (the e-Series controller runs at 500 Hz); '
+                               'each control step runs round(physics_hz / control_hz) sub-steps.',
+                               unit='Hz', low=25.0, high=2000.0, read_only=True)
+    gui: bool = option(False, 'Open the PyBullet GUI (needs a display) for a person to watch.',
+                       read_only=True)
+    real_time: bool = option(False, 'Pace the simulated arm to the wall clock (one control '
+                             'period per step), as a physical arm delivers its transitions: '
+                             'arm-time studies without an arm.')
+
+
+@dataclasses.dataclass
+class RTDEConfig(Section):
+    """The physical UR5 through ur_rtde, and the safety supervisor around it (backend ur5)."""
+
+    robot_ip: str = option('192.168.1.102', 'IP address of the UR controller.',
+                           read_only=True)
+    frequency: float = option(500.0, 'RTDE rate of the controller: 500 for e-Series, 125 for '
+                              'CB3 (a CB3 cannot run at 500).', unit='Hz',
+                              choices=(125.0, 500.0), read_only=True)
+    control_mode: str = option('speedj', 'Command of each RL step: speedj (joint velocity) or '
+                               'servoj (joint position one step ahead).',
+                               choices=('speedj', 'servoj'), read_only=True)
+    acceleration: float = option(8.0, 'Joint acceleration speedJ ramps to a new velocity with.',
+                                 unit='rad/s^2', low=0.0, high=40.0, low_open=True)
+    servoj_lookahead: float = option(0.1, 'servoJ lookahead time (smooths the trajectory).',
+                                     unit='s', low=0.03, high=0.2)
+    servoj_gain: float = option(300.0, 'servoJ proportional gain.', low=100.0, high=2000.0)
+    speed_scaling: float = option(0.25, 'Factor on every joint velocity sent to the robot, '
+                                  'reset moves included; keep it low for the first runs and '
+                                  'raise it to 1 once the set-up is trusted.',
+                                  low=0.0, high=1.0, low_open=True)
+    reset_speed: float = option(0.5, 'Joint speed of the moveJ back to home on reset (before '
+                                'speed_scaling).', unit='rad/s', low=0.0, high=3.14,
+                                low_open=True)
+    reset_acceleration: float = option(1.0, 'Joint acceleration of the reset moveJ.',
+                                       unit='rad/s^2', low=0.0, high=40.0, low_open=True)
+    watchdog_min_hz: float = option(10.0, 'ur_rtde watchdog: the controller stops the arm when '
+                                    'the worker writes less often than this.', unit='Hz',
+                                    low=1.0, high=500.0, read_only=True)
+    protective_stop_limit: int = option(3, 'Protective stops tolerated within '
+                                        'protective_stop_window_s; one more stops the worker '
+                                        'and asks for a person.', low=1, high=1000, read_only=True)
+    protective_stop_window_s: float = option(600.0, 'Window in which protective stops are '
+                                             'counted.', unit='s', low=1.0, high=1e6,
+                                             read_only=True)
+    protective_stop_cooldown_s: float = option(5.5, 'Wait after a protective stop before the '
+                                               'unlock (UR controllers refuse it before 5 s).',
+                                               unit='s', low=0.0, high=600.0, read_only=True)
+    reconnect_initial_s: float = option(0.5, 'First wait before reconnecting after a lost link; '
+                                        'doubled after each failed attempt.', unit='s',
+                                        low=0.01, high=60.0)
+    reconnect_max_s: float = option(8.0, 'Longest wait between two reconnection attempts.',
+                                    unit='s', low=0.01, high=600.0)
+    reconnect_attempts: int = option(10, 'Failed reconnection attempts before the worker gives '
+                                     'up with an error.', low=1, high=10**6)
+    client_timeout_s: float = option(2.0, 'Longest wait for an answer of the ur_rtde client '
+                                     'process; a later answer counts as a lost link (the process '
+                                     'is killed and restarted on reconnection).', unit='s',
+                                     low=0.1, high=60.0)
+    max_policy_lag: int = option(8, 'The arm holds still while its policy is more than this '
+                                 'many versions behind the learner.', unit='versions',
+                                 low=0, high=INT32_MAX, read_only=True)
+    heartbeat_timeout_s: float = option(5.0, 'The arm holds still when no learner heartbeat '
+                                        'arrived for this long.', unit='s', low=0.1, high=3600.0,
+                                        read_only=True)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Check that the reconnection backoff is ordered."""
+        if self.reconnect_initial_s > self.reconnect_max_s:
+            raise ConfigError(prefix + 'reconnect_initial_s', self.reconnect_initial_s,
+                              f'<= reconnect_max_s = {self.reconnect_max_s:g}', source)
+
+
+@dataclasses.dataclass
+class EnvWorkerConfig(Section):
+    """Everything an environment worker needs (ROS node name: ``env_worker``)."""
+
+    backend: str = option('sim', 'Robot backend the worker steps: sim (PyBullet) or ur5 (a '
+                          'physical UR5 through ur_rtde, see rtde.*).', choices=('sim', 'ur5'),
+                          read_only=True)
+    seed: int = option(0, 'Seed of the environment and of exploration noise.',
+                       low=0, high=2**31 - 1, read_only=True)
+    task: ReachTaskConfig = dataclasses.field(default_factory=ReachTaskConfig)
+    safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
+    sim: SimConfig = dataclasses.field(default_factory=SimConfig)
+    rtde: RTDEConfig = dataclasses.field(default_factory=RTDEConfig)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """
+        Check the cross-section rules.
+
+        Targets must lie inside the safety box (or some would be unreachable by design), and on
+        the real robot one RL step must last a whole number of controller periods.
+        """
+        if self.backend == 'ur5':
+            ratio = self.rtde.frequency / self.task.control_hz
+            if abs(ratio - round(ratio)) > 1e-9:
+                raise ConfigError(f'{prefix}task.control_hz', self.task.control_hz,
+                                  f'a divisor of rtde.frequency = {self.rtde.frequency:g} Hz',
+                                  source)
+        self._check_starts(source, prefix)
+        margin = self.safety.workspace_margin
+        for i, axis in enumerate('xyz'):
+            lo = self.safety.workspace_low[i] + margin
+            hi = self.safety.workspace_high[i] - margin
+            if self.task.target_low[i] < lo:
+                raise ConfigError(f'{prefix}task.target_low[{axis}]', self.task.target_low[i],
+                                  f'>= safety.workspace_low + margin = {lo:g}', source)
+            if self.task.target_high[i] > hi:
+                raise ConfigError(f'{prefix}task.target_high[{axis}]', self.task.target_high[i],
+                                  f'<= safety.workspace_high - margin = {hi:g}', source)
+
+    def _check_starts(self, source: str | None, prefix: str) -> None:
+        """Refuse a home pose outside the safety limits, or noise that almost never fits."""
+        from async_rl_ros.envs.safety import start_fit  # the kinematics live in envs/
+
+        home_ok, fit = start_fit(self.task, self.safety, START_DRAWS)
+        if not home_ok:
+            raise ConfigError(f'{prefix}task.home_q', self.task.home_q,
+                              'a pose within safety.joint_lower/upper less joint_margin whose '
+                              'flange lies in safety.workspace_low/high less workspace_margin',
+                              source)
+        if fit < MIN_START_FIT:
+            raise ConfigError(f'{prefix}task.home_noise', self.task.home_noise,
+                              f'a noise for which at least {MIN_START_FIT} of {START_DRAWS} '
+                              f'starts home_q +- home_noise lie within the safety limits and '
+                              f'box, only {fit} do: lower it or widen safety.workspace_*', source)
