@@ -55,11 +55,12 @@ from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
                                           status_to_receiver_stats)
+from async_rl_ros.ros.diagnostics import LearnerDiagnostics
 from async_rl_ros.ros.node_utils import run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionBatch,
                                          WeightsCommit, WorkerStatus)
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
 from rclpy.node import Node
@@ -68,21 +69,9 @@ import torch
 
 __all__ = ['LearnerNode', 'main']
 
-OK, WARN, ERROR, STALE = 0, 1, 2, 3  # diagnostic_msgs/DiagnosticStatus levels
 TRANSITION_TYPE = 'async_rl_ros_interfaces/msg/TransitionBatch'
 DISCOVERY_PERIOD_S = 1.0  # s between two scans for new transition topics
 IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
-
-
-def _status(name: str, level: int, message: str, values: dict[str, Any],
-            hardware_id: str = '') -> DiagnosticStatus:
-    status = DiagnosticStatus()
-    status.name = name
-    status.hardware_id = hardware_id
-    status.level = bytes([level])
-    status.message = message
-    status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
-    return status
 
 
 class LearnerNode(Node):
@@ -125,14 +114,13 @@ class LearnerNode(Node):
         self._resync: set[int] = set()
         self._returns: list[tuple[float, int]] = []
         self._last_rates = (time.monotonic(), 0, 0)
-        self._doctor_events = 0
-        self._ingest_seen = (0, 0)
-        self._shard_rejected: dict[int, int] = {}
         self._metric_pubs: dict[str, Any] = {}
         self._transition_subs: dict[str, Any] = {}
         self.finished = False
 
         self.buffer = DoubleBuffer(self._preprocess, max_raw=self.transport.max_raw_batches)
+        self.diagnostics = LearnerDiagnostics(self.learner, self.committer, self.cfg.doctor,
+                                              self.transport.worker_timeout_s, self.buffer)
         self._warm_start()
         self.commit_pubs = [self.create_publisher(WeightsCommit, topics.commits_topic(i),
                                                   qos.COMMITS)
@@ -361,83 +349,15 @@ class LearnerNode(Node):
         self.stats_pub.publish(stats)
 
     def _publish_diagnostics(self) -> None:
-        now = time.monotonic()
-        learner, doctor = self.learner, self.learner.doctor
-        array_ = DiagnosticArray()
-        array_.header.stamp = self.get_clock().now().to_msg()
-        events, self._doctor_events = doctor.events_total - self._doctor_events, \
-            doctor.events_total
-        if doctor.consecutive_skips >= self.cfg.doctor.max_consecutive_skips:
-            level, message = ERROR, f'{doctor.consecutive_skips} consecutive skipped steps'
-        elif events:
-            last = doctor.events[-1] if doctor.events else None
-            level = WARN
-            message = f'{events} new finding(s)' + (f', last: {last.detector}: {last.reason}'
-                                                    if last else '')
-        else:
-            level, message = OK, 'healthy'
-        values = {'updates': learner.updates, 'env_steps': learner.env_steps,
-                  'policy_version': learner.policy_version, **doctor.metrics()}
-        statuses = [_status('learner: training doctor', level, message, values, 'learner')]
         with self._lock:
             rejected = dict(self.ingest_rejected)
             workers = {k: dict(v) for k, v in self.workers.items()}
             shards = dict(self.shards)
-        seen = (self.buffer.dropped, sum(rejected.values()))
-        fresh = seen[0] > self._ingest_seen[0] or seen[1] > self._ingest_seen[1]
-        self._ingest_seen = seen
-        statuses.append(_status(
-            'learner: ingest', WARN if fresh else OK,
-            'dropping or rejecting batches' if fresh else 'ok',
-            {'received': self.buffer.received, 'processed': self.buffer.processed,
-             'dropped': self.buffer.dropped, 'rejected': self.buffer.rejected,
-             **{f'rejected_{k}': v for k, v in rejected.items()},
-             'topics': len(self._transition_subs)}, 'learner'))
-        timeout = self.transport.worker_timeout_s
-        max_lag = self.cfg.doctor.max_policy_lag
-        for worker_id, info in sorted(workers.items()):
-            last = max(info.get('last_seen', 0.0), info.get('status_time', 0.0))
-            lag = (learner.policy_version - info['policy_version']
-                   if info.get('policy_version', -1) >= 0 else None)
-            status = info.get('status')
-            if now - last > timeout:
-                level, message = STALE, f'silent for {now - last:.0f} s'
-            elif lag is not None and lag > max_lag:
-                level, message = WARN, f'policy lag {lag} > {max_lag:g}'
-            else:
-                level, message = OK, 'stepping'
-            values = {'source': info.get('source', ''), 'transitions': info['transitions'],
-                      'batches': info['batches'], 'policy_lag': '' if lag is None else lag}
-            if status is not None:
-                values.update(state=status.state, steps=status.steps,
-                              steps_per_s=f'{status.steps_per_s:.1f}',
-                              weights_accepted=status.weights_accepted,
-                              weights_rejected=status.weights_rejected,
-                              success_rate=f'{status.success_rate:.2f}')
-            statuses.append(_status(f'env_worker: worker_{worker_id}', level, message, values,
-                                    f'worker_{worker_id}'))
-        for shard_id in range(len(self.commit_pubs)):
-            stamp, status = shards.get(shard_id, (0.0, None))
-            if status is None or now - stamp > timeout:
-                level, message, values = STALE, 'no status', {}
-            else:
-                # The status is up to one period old: 'behind' is informative, not a fault.
-                refused = status.commits_rejected > self._shard_rejected.get(shard_id, 0)
-                self._shard_rejected[shard_id] = status.commits_rejected
-                if status.needs_full:
-                    level, message = WARN, 'waiting for a full commit'
-                elif refused:
-                    level, message = WARN, 'refused commits'
-                else:
-                    level, message = OK, f'version {status.version}'
-                values = {'version': status.version,
-                          'behind': self.committer.version - status.version,
-                          'partitions': status.partitions,
-                          'commits_applied': status.commits_applied,
-                          'commits_rejected': status.commits_rejected}
-            statuses.append(_status(f'param_server: shard_{shard_id}', level, message, values,
-                                    f'shard_{shard_id}'))
-        array_.status = statuses
+        array_ = DiagnosticArray()
+        array_.header.stamp = self.get_clock().now().to_msg()
+        array_.status = self.diagnostics.statuses(
+            time.monotonic(), rejected=rejected, workers=workers, shards=shards,
+            topics=len(self._transition_subs))
         self.diag_pub.publish(array_)
 
     # ------------------------------------------------------------------ shutdown

@@ -71,7 +71,7 @@ class PolicyRunnerNode(ArmNode):
         apply_env_config(self.get_logger(), self.env, section, keys)
 
     def build(self) -> bool:
-        """Load the policy and build (connect) the environment."""
+        """Load the policy, then make and connect the environment."""
         try:
             self.policy = torch.jit.load(self.policy_path, map_location='cpu').eval()
         except (OSError, RuntimeError, ValueError) as exc:
