@@ -1,6 +1,8 @@
 # One-command set-up, training and tests without ROS (see README.md).
 #   make train   create .venv, install pinned dependencies, run the trainer
 #   make test    same set-up, then the whole test suite (ament linters included)
+#   make ros-test  with a ROS 2 setup file sourced: build a throw-away workspace, run the
+#                  ROS tests (test/ros_test.sh)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +15,7 @@ PYTEST_ARGS ?=
 # the message tests use) only as system packages; the venv can see them.
 DEBIAN_SITE := /usr/lib/python3/dist-packages
 
-.PHONY: setup train test bench clean
+.PHONY: setup train test ros-test bench clean
 
 setup: $(STAMP)
 
@@ -44,6 +46,9 @@ train: $(STAMP)
 # check the package exactly as they would in a ROS workspace.
 test: $(STAMP)
 	cd $(PKG) && ../$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+ros-test:
+	bash $(PKG)/test/ros_test.sh $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b --quick || exit 1; done
