@@ -181,3 +181,40 @@ def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
     assert set(cosines) == {0} and cosines[0] < 0.99
     assert learner.sac.policy_reg_weight > 0.0
     assert learner.doctor.metrics()['doctor/min_policy_cosine'] == pytest.approx(cosines[0])
+
+
+def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(tmp_path):
+    """A late collapse does not overwrite the good policy; its figures are held-out ones."""
+    import json
+    from async_rl_ros.core.learning.artifacts import finish_run
+    from async_rl_ros.core.learning.evaluation import EpisodeStats
+    from async_rl_ros.core.learning.loop import TrainingLoop
+
+    learner = Learner(tiny_config(tmp_path), OBS, ACT)
+    rng = np.random.default_rng(0)
+    learner.ingest(transitions(200, rng))
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    good = learner.policy_state()
+    loop.record_evaluation(good, EpisodeStats(episodes=10, successes=9), env_steps=100)
+    for _ in range(20):  # the policy moves on (and, say, collapses)
+        learner.train_step()
+    calls = []
+
+    def evaluate(state, held_out):
+        calls.append((state.version, held_out))
+        last = not held_out  # the current policy: 2 of 10
+        return EpisodeStats(episodes=10, successes=2 if last else 8)
+
+    learner.policy_version = good.version + 1  # the current policy is a newer version
+    run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
+    assert calls == [(good.version + 1, False), (good.version, True)]
+    summary = json.loads(run.summary_path.read_text())
+    assert summary['exported_policy_version'] == good.version
+    assert summary['exported_policy_success_rate'] == 0.9
+    assert summary['eval_success_rate'] == 0.8 == run.evaluation.success_rate  # held out
+    assert summary['last_policy_success_rate'] == 0.2
+    exported = torch.jit.load(str(run.policy))
+    obs = torch.as_tensor(rng.normal(size=(5, OBS)), dtype=torch.float32)
+    reference = learner.policy_from_state(good)
+    with torch.no_grad():
+        torch.testing.assert_close(exported(obs), reference(obs))

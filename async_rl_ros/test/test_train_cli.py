@@ -98,7 +98,7 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     run = tmp_path / 'run'
-    assert 'SAC async' in out and 'eval success rate' in out
+    assert 'SAC async' in out and 'held-out success rate' in out
     assert re.search(r'^outcome\s+finished$', out, re.MULTILINE), out
     # stderr is a pipe, not a terminal: plain progress lines, no carriage returns.
     lines = re.findall(r'^async: (\d+)/400 steps', err, re.MULTILINE)

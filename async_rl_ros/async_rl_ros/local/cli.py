@@ -100,11 +100,14 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
     if s.get('weights_reduction') is not None:
         rows.append(('weights received', f"{s['weights_policies_received']} policies, "
                      f"{100 * s['weights_reduction']:.1f} % fewer bytes than fp32"))
-    rows += [(f'eval {name}', value) for name, value in evaluation.rows()[:5]]
     if 'exported_policy_version' in s:
         rows.append(('exported policy', f"version {s['exported_policy_version']} (evaluated "
                      f"{100 * s['exported_policy_success_rate']:.0f} % at "
                      f"{s['exported_policy_env_steps']} env steps)"))
+    rows += [(f'held-out {name}', value) for name, value in evaluation.rows()[:5]]
+    if 'last_policy_success_rate' in s:
+        rows.append(('last policy success rate',
+                     f"{100 * s['last_policy_success_rate']:.1f} % (evaluator's episodes)"))
     log_dir = Path(s['policy']).parent
     rows += [('checkpoint', s['checkpoint']), ('policy (TorchScript)', s['policy']),
              ('learning curve', s['learning_curve']), ('summary', str(log_dir / 'summary.json')),

@@ -28,7 +28,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.learning.learner import Learner
@@ -50,6 +50,8 @@ class RunResult:
     curve: Path
     summary_path: Path
     log_dir: Path
+    #: the exported policy's evaluation on held-out episodes (``None``: none ran)
+    evaluation: EpisodeStats | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -95,31 +97,40 @@ def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:
 
 
 def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
-               final_evaluation: EpisodeStats | None = None,
+               evaluate: Callable[[PolicyState, bool], EpisodeStats] | None = None,
                extra: Mapping[str, Any] | None = None) -> RunResult:
     """
     Write the final checkpoint, ``policy.pt``, the learning curve and ``summary.json``.
 
-    The exported policy is the best one the evaluator scored (the final evaluation counts as
-    one score of the current policy), so a late collapse does not overwrite a good policy.
+    The exported policy is the best one the evaluator scored, the current policy included
+    (scored here on the evaluator's episodes), so a late collapse does not overwrite a good
+    policy. That choice favours a policy that was lucky on those episodes, so the exported
+    policy is then evaluated on held-out episodes: the ``eval_*`` figures of the summary.
 
     :param loop: the loop that trained (its learner, counters and evaluations).
     :param log_dir: where the files go.
     :param title: title of the learning curve.
-    :param final_evaluation: a deterministic evaluation of the current policy, if one ran.
+    :param evaluate: ``evaluate(state, held_out)`` runs deterministic episodes, on the
+        evaluator's seeds or on held-out ones; ``None``: no final evaluation (ROS learner).
     :param extra: more summary entries (transport figures, the mode, interruptions ...).
     """
     learner = loop.learner
     checkpoint = learner.save_checkpoint()
-    if final_evaluation is not None:
-        loop.record_evaluation(learner.policy_state(), final_evaluation)
+    current = learner.policy_state()
+    last = None
+    if evaluate is not None and current is not None:
+        last = evaluate(current, False)
+        loop.record_evaluation(current, last)
     best = loop.best_evaluation
+    held_out = evaluate(best.state, True) if evaluate is not None and best else None
     policy = export_policy(learner, best.state if best else None, log_dir / 'policy.pt')
     curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
                                 title=title)
     summary: dict[str, Any] = dict(loop.totals())
-    if final_evaluation is not None:
-        summary.update(evaluation_summary(final_evaluation))
+    if held_out is not None:
+        summary.update(evaluation_summary(held_out))
+    if last is not None:
+        summary['last_policy_success_rate'] = last.success_rate
     if best is not None:
         summary.update({'exported_policy_version': best.state.version,
                         'exported_policy_success_rate': best.stats.success_rate,
@@ -130,4 +141,4 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     path = write_json(log_dir / 'summary.json', summary)
     loop.logger.close()
     return RunResult(summary=summary, checkpoint=checkpoint, policy=policy, curve=curve,
-                     summary_path=path, log_dir=log_dir)
+                     summary_path=path, log_dir=log_dir, evaluation=held_out)

@@ -38,10 +38,13 @@ from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.receiver import InProcessWeightPath, weights_summary
 from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
 
-__all__ = ['InlineWorker', 'PolicyEvaluator', 'EVAL_SEED']
+__all__ = ['InlineWorker', 'PolicyEvaluator', 'EVAL_SEED', 'HELD_OUT_SEED']
 
 #: first reset seed of every evaluation: each snapshot is scored on the same episodes
 EVAL_SEED = 1_000_000
+#: first reset seed of the exported policy's final evaluation, on episodes no snapshot was
+#: chosen by
+HELD_OUT_SEED = 2_000_000
 
 
 class InlineWorker:
