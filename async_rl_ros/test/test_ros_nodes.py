@@ -135,8 +135,8 @@ def test_parameters_have_descriptors_and_refuse_invalid_changes(context):
         assert not frozen.successful
         rate = node.set_parameters([Parameter('transport.metrics_hz', value=4.0)])[0]
         assert not rate.successful and transport.section.metrics_hz == 2.0  # timer built once
-        ratio = node.set_parameters([Parameter('transport.max_update_ratio', value=2.0)])[0]
-        assert ratio.successful and transport.section.max_update_ratio == 2.0
+        live = node.set_parameters([Parameter('transport.worker_timeout_s', value=9.0)])[0]
+        assert live.successful and transport.section.worker_timeout_s == 9.0
     finally:
         node.destroy_node()
 

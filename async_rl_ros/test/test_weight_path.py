@@ -17,6 +17,7 @@
 import os
 import pickle
 import time
+import types
 
 from async_rl_ros.core.config import ParameterServerConfig
 from async_rl_ros.core.learning.networks import Actor
@@ -248,16 +249,22 @@ def test_the_in_process_path_sends_the_same_deltas_and_a_late_receiver_recovers(
 def test_a_receiver_stays_on_the_shard_whose_keyframe_it_holds():
     """With replicas, a delta from the shard whose keyframe it holds beats a keyframe fetch."""
     from async_rl_ros.core.weights.receiver import MemoryBoard, ShardOutlet, WeightReceiver
-    from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
+    from async_rl_ros.core.weights.sharded_weights import (ShardedCommitter, ShardPacket,
+                                                           ShardReplica)
 
     run = _learner()
     _, initial = next(run)
     ps = ParameterServerConfig()
     committer = ShardedCommitter(ps, initial)
     replicas = [ShardReplica(i, ps.num_shards, CodecConfig(full_every=3)) for i in range(2)]
-    boards = [(MemoryBoard(), MemoryBoard()) for _ in range(2)]
+    class MessageBoard(MemoryBoard):  # holds what a transport carries, as a ROS worker's
+        def publish(self, data, version):
+            super().publish(types.SimpleNamespace(raw=data), version)
+
+    boards = [(MessageBoard(), MessageBoard()) for _ in range(2)]
     outlets = [ShardOutlet(*pair) for pair in boards]
-    receiver = WeightReceiver([(a.view(), b.view()) for a, b in boards], OBS_DIM)
+    receiver = WeightReceiver([(a.view(), b.view()) for a, b in boards], OBS_DIM,
+                              parse=lambda message: ShardPacket.from_bytes(message.raw))
 
     def commit(shards):
         _, state = next(run)
@@ -282,3 +289,4 @@ def test_a_receiver_stays_on_the_shard_whose_keyframe_it_holds():
         commit([0, 1])                    # deltas on keyframe 3, from both shards
         assert receiver.poll() is not None
     assert receiver.resyncs == 0 and receiver.full_packets == 2 and receiver.rejected == 0
+    assert receiver.bytes_received > receiver.bytes_delta > 0  # sized as serialized packets

@@ -53,14 +53,15 @@ class LearnerDiagnostics:
     :param learner: the :class:`~async_rl_ros.core.learning.learner.Learner`.
     :param committer: the learner's shard committer (its version and shard count).
     :param doctor_cfg: the ``doctor`` section (``max_consecutive_skips``, ``max_policy_lag``).
-    :param worker_timeout_s: silence after which a worker or shard is STALE.
+    :param transport: the live ``ros_transport`` section (``worker_timeout_s``: silence after
+        which a worker or shard is STALE; read at every call, so ``ros2 param set`` applies).
     :param buffer: the ingest double buffer (received, processed, dropped, rejected).
     """
 
-    def __init__(self, learner: Any, committer: Any, doctor_cfg: Any, worker_timeout_s: float,
+    def __init__(self, learner: Any, committer: Any, doctor_cfg: Any, transport: Any,
                  buffer: Any):
         self.learner, self.committer, self.cfg = learner, committer, doctor_cfg
-        self.timeout, self.buffer = float(worker_timeout_s), buffer
+        self.transport, self.buffer = transport, buffer
         self._findings = 0
         self._ingest_seen = (0, 0)
         self._shard_rejected: dict[int, int] = {}
@@ -122,7 +123,7 @@ class LearnerDiagnostics:
         lag = (self.learner.policy_version - info['policy_version']
                if info.get('policy_version', -1) >= 0 else None)
         status = info.get('status')
-        if now - last > self.timeout:
+        if now - last > self.transport.worker_timeout_s:
             level, message = STALE, f'silent for {now - last:.0f} s'
         elif lag is not None and lag > self.cfg.max_policy_lag:
             level, message = WARN, f'policy lag {lag} > {self.cfg.max_policy_lag:g}'
@@ -146,7 +147,7 @@ class LearnerDiagnostics:
 
     def _shard(self, now: float, shard_id: int, entry: tuple[float, Any]) -> DiagnosticStatus:
         stamp, status = entry
-        if status is None or now - stamp > self.timeout:
+        if status is None or now - stamp > self.transport.worker_timeout_s:
             level, message, values = STALE, 'no status', {}
         else:
             # The status is up to one period old: 'behind' is informative, not a fault.

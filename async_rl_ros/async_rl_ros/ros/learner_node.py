@@ -120,7 +120,7 @@ class LearnerNode(Node):
 
         self.buffer = DoubleBuffer(self._preprocess, max_raw=self.transport.max_raw_batches)
         self.diagnostics = LearnerDiagnostics(self.learner, self.committer, self.cfg.doctor,
-                                              self.transport.worker_timeout_s, self.buffer)
+                                              self.transport, self.buffer)
         self._warm_start()
         self.commit_pubs = [self.create_publisher(WeightsCommit, topics.commits_topic(i),
                                                   qos.COMMITS)

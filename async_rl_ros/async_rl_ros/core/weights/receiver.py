@@ -221,10 +221,11 @@ class WeightReceiver:
             self.unreadable += 1
             return None
         # a message's payload: what its packet weighs serialized
-        self.bytes_received += len(data if isinstance(data, bytes) else packet.to_bytes())
+        nbytes = len(data if isinstance(data, bytes) else packet.to_bytes())
+        self.bytes_received += nbytes
         if packet.packet.is_delta:
             self.delta_packets += 1
-            self.bytes_delta += len(data)
+            self.bytes_delta += nbytes
         else:
             self.full_packets += 1
         return packet
