@@ -36,10 +36,9 @@ from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfi
                                       load_node_config, RosTransportConfig)
 import launch
 from launch import LaunchDescription
-from launch.actions import (DeclareLaunchArgument, EmitEvent, ExecuteProcess, LogInfo,
-                            OpaqueFunction, RegisterEventHandler)
+from launch.actions import (DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction,
+                            RegisterEventHandler)
 from launch.event_handlers import OnProcessExit, OnProcessStart
-from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.ros_adapters import get_ros_node
@@ -237,6 +236,10 @@ def _launch_setup(context) -> list:
     return _after_preflight(_arg(context, 'robot_ip'), entities)
 
 
+class PreflightFailed(RuntimeError):
+    """The robot failed its preflight check: the launch ends with a non-zero exit status."""
+
+
 def _after_preflight(robot_ip: str, entities: list) -> list:
     """Run async-rl-preflight; start ``entities`` only if it exits with status 0."""
     preflight = ExecuteProcess(
@@ -246,9 +249,11 @@ def _after_preflight(robot_ip: str, entities: list) -> list:
     def on_exit(event, context):
         if event.returncode == 0:
             return [LogInfo(msg='preflight passed: starting the nodes')] + entities
-        return [LogInfo(msg=f'preflight of {robot_ip} failed (exit status {event.returncode}): '
-                            'nothing started; fix the robot or pass skip_preflight:=true'),
-                EmitEvent(event=Shutdown(reason='preflight failed'))]
+        # An error in a handler is how a launch ends with a non-zero exit status (ros2 launch
+        # exits 1 and logs this one line), so a script or a service sees the failure.
+        raise PreflightFailed(f'preflight of {robot_ip} failed (exit status '
+                              f'{event.returncode}): nothing started; fix the robot or pass '
+                              'skip_preflight:=true')
 
     return [RegisterEventHandler(OnProcessExit(target_action=preflight, on_exit=on_exit)),
             preflight]

@@ -196,7 +196,7 @@ def test_read_only_options_are_refused_and_declared():
             'replay.capacity', 'sac.actor_lr', 'parameter_server.num_shards',
             'codec.quantize', 'metrics_hz'} <= read_only
     assert not {'safety.max_joint_speed', 'task.control_hz', 'rtde.speed_scaling',
-                'sac.gamma', 'max_update_ratio'} & read_only
+                'sac.gamma', 'worker_timeout_s', 'updates_per_step'} & read_only
 
 
 # ---------------------------------------------------------------------- start poses
