@@ -179,6 +179,11 @@ class TestTraining(unittest.TestCase):
 @launch_testing.post_shutdown_test()
 class TestShutdown(unittest.TestCase):
 
-    def test_every_process_exits_cleanly(self, proc_info):
+    def test_every_process_exits_cleanly(self, proc_info, proc_output):
         # SIGKILL (-9) is the test's own kill of worker 1; every other exit is clean.
         launch_testing.asserts.assertExitCodes(proc_info, allowable_exit_codes=[0, -9])
+        # ... and quiet: no thread dies publishing into a context Ctrl-C already shut down.
+        for output in proc_output:
+            text = output.text.decode(errors='replace')
+            for bad in ('Traceback', 'RCLError', 'FATAL'):
+                assert bad not in text, f'{output.process_name}: {text[-2000:]}

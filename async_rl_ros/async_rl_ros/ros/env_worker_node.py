@@ -153,8 +153,15 @@ class EnvWorkerNode(ArmNode):
         if episodes:
             with self._episodes_lock:
                 self._episodes.extend(episodes)
-        self.transitions_pub.publish(batch_to_msg(batch, self.worker_id, self.source,
-                                                  stamp=self.get_clock().now().to_msg()))
+        msg = batch_to_msg(batch, self.worker_id, self.source,
+                           stamp=self.get_clock().now().to_msg())
+        try:
+            self.transitions_pub.publish(msg)
+        except Exception:  # noqa: B902 -- rclpy raises RCLError once the context is shut down
+            if self.context.ok():
+                raise
+            self.runtime.stop()  # Ctrl-C shut ROS down: stop stepping, close() stops the arm
+            return False
         return True
 
     def _publish_status(self) -> None:

@@ -231,6 +231,8 @@ class LearnerNode(Node):
             self.get_logger().fatal(f'training diverged, stopped: {exc}; the last good state '
                                     'is saved at shutdown')
         except Exception as exc:  # noqa: B902 -- report, the node stays up for diagnostics
+            if not self.context.ok():
+                return  # Ctrl-C shut ROS down under a publish: close() saves everything
             self.get_logger().fatal(f'training thread stopped: {exc!r}')
             raise
 
