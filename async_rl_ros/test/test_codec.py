@@ -28,8 +28,8 @@ from async_rl_ros.core.weights.codec import (CodecConfig, CodecError, dequantize
                                              ENCODING_INT8_ZLIB, FORMAT_VERSION, HEADER_SIZE,
                                              MAGIC, quantize, QuantizedTensor, REJECT_REASONS,
                                              WeightDecoder, WeightEncoder, WeightPacket)
-from async_rl_ros.core.weights.packet import (dequantize_wide, quantize_wide, row_steps,
-                                              wide_planes)
+from async_rl_ros.core.weights.quantize import (dequantize_wide, quantize_wide, row_steps,
+                                                wide_planes)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import numpy as np

@@ -186,4 +186,4 @@ class TestShutdown(unittest.TestCase):
         for output in proc_output:
             text = output.text.decode(errors='replace')
             for bad in ('Traceback', 'RCLError', 'FATAL'):
-                assert bad not in text, f'{output.process_name}: {text[-2000:]}
+                assert bad not in text, f'{output.process_name}: {text[-2000:]}'

@@ -257,7 +257,9 @@ def test_a_receiver_stays_on_the_shard_whose_keyframe_it_holds():
     ps = ParameterServerConfig()
     committer = ShardedCommitter(ps, initial)
     replicas = [ShardReplica(i, ps.num_shards, CodecConfig(full_every=3)) for i in range(2)]
+
     class MessageBoard(MemoryBoard):  # holds what a transport carries, as a ROS worker's
+
         def publish(self, data, version):
             super().publish(types.SimpleNamespace(raw=data), version)
 

@@ -18,9 +18,9 @@ Weight codec: quantized keyframes, int8 deltas on them, zlib and a CRC32 per pac
 The learner's :class:`WeightEncoder` turns float32 tensors into a :class:`WeightPacket`; each
 worker's :class:`WeightDecoder` turns packets back into float32 tensors and rejects bad ones.
 
-Quantization and the byte format are in :mod:`async_rl_ros.core.weights.packet` (re-exported
-here): per-row affine int8 or symmetric int16, every element within half a step of its
-value.
+Quantization is in :mod:`async_rl_ros.core.weights.quantize` and the byte format in
+:mod:`async_rl_ros.core.weights.packet` (both re-exported here): per-row affine int8 or
+symmetric int16, every element within half a step of its value.
 
 Deltas on the last keyframe. A full packet is a keyframe; until the next one, every packet is
 a delta from it (``base_version`` = the keyframe's version), not from the previous packet. A
@@ -51,13 +51,13 @@ import zlib
 
 from async_rl_ros.core.config import CodecConfig
 from async_rl_ros.core.records import PolicyState, PolicyStateError
-from async_rl_ros.core.weights.packet import (CodecError, dequantize, dequantize_wide,
-                                              ENCODING_FP32, ENCODING_INT16,
+from async_rl_ros.core.weights.packet import (CodecError, ENCODING_FP32, ENCODING_INT16,
                                               ENCODING_INT16_ZLIB, ENCODING_INT8,
                                               ENCODING_INT8_ZLIB, ENCODING_NAMES,
-                                              FORMAT_VERSION, HEADER_SIZE, MAGIC, quantize,
-                                              quantize_wide, QuantizedTensor, REJECT_REASONS,
-                                              row_steps, WeightPacket, wide_planes)
+                                              FORMAT_VERSION, HEADER_SIZE, MAGIC,
+                                              QuantizedTensor, REJECT_REASONS, WeightPacket)
+from async_rl_ros.core.weights.quantize import (dequantize, dequantize_wide, quantize,
+                                                quantize_wide, row_steps, wide_planes)
 import numpy as np
 import torch
 
