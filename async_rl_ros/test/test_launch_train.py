@@ -172,6 +172,13 @@ class TestTraining(unittest.TestCase):
                         'the respawned worker 1 does not step')
         batches = self.batches[1]
         self.assertTrue(self._spin_until(lambda: self.batches[1] > batches + 2, 120))
+        # The weights reached the workers as deltas on keyframes, and the respawned worker,
+        # which lacked every base, assembled a policy from the shards' keyframe topics.
+        self.assertGreater(self.status[0].weights_delta_packets, 0, self.status[0])
+        self.assertTrue(self._spin_until(
+            lambda: self.status[1].policies_received >= 1 and self.status[1].steps
+            < steps_before and self.status[1].policy_version >= 1, 120), self.status[1])
+        self.assertEqual(self.status[0].weights_rejected + self.status[1].weights_rejected, 0)
 
 
 @launch_testing.post_shutdown_test()
