@@ -239,6 +239,8 @@ def _coerce(value: Any, tp: Any, key: str, source: str | None) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(key, value, 'a list of integers' if item is int
                               else 'a list of numbers', source)
+        if item is int:  # a whole float (a ROS double array, 64.0) is that integer
+            value = [int(v) if isinstance(v, float) and v.is_integer() else v for v in value]
         return [_coerce(v, item, key, source) for v in value]
     if tp is bool:
         if not isinstance(value, bool):
