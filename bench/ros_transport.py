@@ -23,10 +23,13 @@ Needs rclpy and the built ``async_rl_ros_interfaces`` (source the workspace firs
   :class:`~async_rl_ros.core.transport.double_buffer.DoubleBuffer`, whose thread converts them with
   ``msg_to_batch`` (dimension checks included) -- and counts the transitions that come out
   ready for ``Learner.ingest``.
-* Weights: a shard-like process publishes ``PolicyWeights`` of the reach task's actor (int8,
-  per channel, zlib; QoS ``WEIGHTS``) at 20 Hz with the send time in the header; this
-  process receives, converts and assembles them (``ShardAssembler``: CRC, versions) and
-  records send-to-assembled latency. Both processes use the system clock.
+* Weights: a shard-like process commits a drifting actor of the shipped size to a
+  ``ShardReplica`` with the shipped codec and posts what it serves on the shard's two topics
+  (``ShardOutlet``, as the ``param_server`` node does: a keyframe every ``full_every``
+  packets, deltas on it; QoS ``WEIGHTS``) at 20 Hz with the send time in the header; this
+  process stores the messages on boards and polls a ``WeightReceiver`` at once, as the
+  ``env_worker`` node does (CRC, versions, keyframes), and records send-to-assembled latency.
+  Both processes use the system clock.
 
 DDS stays on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``; ``ROS_LOCALHOST_ONLY=1`` on
 Humble).
@@ -50,6 +53,7 @@ if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecate
 
 TOPIC_T = '/bench/transitions'
 TOPIC_W = '/bench/weights'
+TOPIC_K = '/bench/weights/keyframe'
 MATCH_TIMEOUT_S = 15.0
 
 
@@ -89,24 +93,36 @@ def _publish_weights(count: int, rate_hz: float) -> None:
     """Child process: publish ``count`` PolicyWeights of the actor at ``rate_hz``."""
     import rclpy
 
-    from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
+    from async_rl_ros.core.config import CodecConfig, LearnerConfig, ParameterServerConfig
     from async_rl_ros.core.learning.networks import Actor
     from async_rl_ros.core.records import PolicyState
+    from async_rl_ros.core.weights.receiver import ShardOutlet
     from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
     from async_rl_ros.ros import qos
     from async_rl_ros.ros.conversions import shard_packet_to_msg
     from async_rl_ros_interfaces.msg import PolicyWeights
 
+    class Topic:  # a shard topic as a board (the param_server node's outlet)
+        def __init__(self, name):
+            self.pub = node.create_publisher(PolicyWeights, name, qos.WEIGHTS)
+
+        def publish(self, msg, version):
+            self.pub.publish(msg)
+
     rclpy.init()
     node = rclpy.create_node('bench_shard')
-    pub = node.create_publisher(PolicyWeights, TOPIC_W, qos.WEIGHTS)
-    actor = {k: v.numpy() for k, v in Actor(21, 6, (256, 256)).state_dict().items()}
+    latest, keyframe = Topic(TOPIC_W), Topic(TOPIC_K)
+    pub = latest.pub
+    hidden = tuple(LearnerConfig().sac.hidden_sizes)
+    actor = {k: v.numpy() for k, v in Actor(21, 6, hidden).state_dict().items()}
     extras = {'obs_mean': np.zeros(21, np.float32), 'obs_std': np.ones(21, np.float32),
               'obs_clip': np.float32(10.0)}
     cfg = ParameterServerConfig(num_shards=1, replicas=1)
     committer = ShardedCommitter(cfg, PolicyState.from_parts(actor, extras, 0))
-    shard = ShardReplica(0, 1, CodecConfig(delta=False))  # full packets: any one assembles
+    shard = ShardReplica(0, 1, CodecConfig())  # the shipped codec: keyframes and deltas
     shard.apply(committer.full(0))
+    outlet = ShardOutlet(latest, keyframe, encode=lambda packet: shard_packet_to_msg(
+        packet, stamp=node.get_clock().now().to_msg()))
     rng = np.random.default_rng(1)
     if _wait_for_match(pub):
         time.sleep(0.5)
@@ -114,9 +130,7 @@ def _publish_weights(count: int, rate_hz: float) -> None:
             actor = {k: v + 1e-3 * rng.standard_normal(v.shape).astype(np.float32)
                      for k, v in actor.items()}
             shard.apply(committer.commit(PolicyState.from_parts(actor, extras, 0))[0])
-            msg = shard_packet_to_msg(shard.weights())
-            msg.header.stamp = node.get_clock().now().to_msg()
-            pub.publish(msg)
+            outlet.post(shard)
             time.sleep(1.0 / rate_hz)
         time.sleep(1.0)
     node.destroy_node()
@@ -172,13 +186,14 @@ def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float],
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from async_rl_ros.core.weights.sharded_weights import ShardAssembler
+    from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
     from async_rl_ros.ros import qos
     from async_rl_ros.ros.conversions import msg_to_shard_packet
     from async_rl_ros_interfaces.msg import PolicyWeights
 
     node = rclpy.create_node('bench_worker_weights')
-    assembler = ShardAssembler()
+    latest, keyframe = MemoryBoard(), MemoryBoard()
+    receiver = WeightReceiver([(latest.view(), keyframe.view())], parse=msg_to_shard_packet)
     arrival: list[float] = []
     assembled: list[float] = []
 
@@ -186,10 +201,13 @@ def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float],
         now = node.get_clock().now()
         sent = msg.header.stamp.sec * 1e9 + msg.header.stamp.nanosec
         arrival.append((now.nanoseconds - sent) / 1e6)
-        if assembler.add(msg_to_shard_packet(msg)) is not None:
+        latest.publish(msg, msg.version)
+        if receiver.poll() is not None:  # the worker's next poll, at once
             assembled.append((node.get_clock().now().nanoseconds - sent) / 1e6)
 
     node.create_subscription(PolicyWeights, TOPIC_W, on_weights, qos.WEIGHTS)
+    node.create_subscription(PolicyWeights, TOPIC_K,
+                             lambda msg: keyframe.publish(msg, msg.version), qos.WEIGHTS)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     process = mp.get_context('spawn').Process(target=_publish_weights, args=(count, rate_hz))
@@ -197,7 +215,8 @@ def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float],
     _spin_while(node, process, executor)
     executor.remove_node(node)
     node.destroy_node()
-    return arrival, assembled, len(assembled)
+    stats = receiver.stats()
+    return arrival, assembled, len(assembled), stats
 
 
 def main() -> None:
@@ -213,6 +232,7 @@ def main() -> None:
               'async_rl_ros_interfaces built')
         print(json.dumps({'transitions_per_s_b64': None, 'transitions_per_s_b256': None,
                           'weights_p50_ms': None, 'weights_p99_ms': None,
+                          'distro': os.environ.get('ROS_DISTRO'),
                           'skipped': 'rclpy not available'}))
         return
     seconds = 3.0 if args.quick else 10.0
@@ -220,7 +240,7 @@ def main() -> None:
     rclpy.init()
     try:
         rates = {b: bench_transitions(b, seconds) for b in (1, 64, 256)}
-        arrival, assembled, n = bench_weights(count, 20.0)
+        arrival, assembled, n, received = bench_weights(count, 20.0)
     finally:
         rclpy.try_shutdown()
     p = {q: float(np.percentile(assembled, q)) if assembled else float('nan')
@@ -231,10 +251,14 @@ def main() -> None:
     print(f'weights: {n}/{count} assembled; send->arrival p50 '
           f'{np.percentile(arrival, 50) if arrival else float("nan"):.2f} ms, '
           f'send->assembled p50 {p[50]:.2f} ms, p99 {p[99]:.2f} ms')
+    print(f'weights: {received["weights/full_packets"]} keyframes and '
+          f'{received["weights/delta_packets"]} deltas read, '
+          f'{received["weights/bytes_received"] / max(n, 1):,.0f} bytes per policy')
     print(json.dumps({'transitions_per_s_b1': round(rates[1]),
                       'transitions_per_s_b64': round(rates[64]),
                       'transitions_per_s_b256': round(rates[256]),
-                      'weights_p50_ms': round(p[50], 3), 'weights_p99_ms': round(p[99], 3)}))
+                      'weights_p50_ms': round(p[50], 3), 'weights_p99_ms': round(p[99], 3),
+                      'distro': os.environ.get('ROS_DISTRO', 'unknown')}))
 
 
 if __name__ == '__main__':

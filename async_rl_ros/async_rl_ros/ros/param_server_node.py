@@ -17,8 +17,8 @@
 
 Applies the learner's commits (``/commits/shard_<i>``, WeightsCommit) to a
 :class:`~async_rl_ros.core.weights.sharded_weights.ShardReplica` and publishes the shard's
-partitions as an int8 PolicyWeights on ``/weights/shard_<i>``: a keyframe (full packet) every
-``codec.full_every`` packets, deltas on it in between. The keyframe itself is also on
+partitions as a quantized PolicyWeights on ``/weights/shard_<i>``: a keyframe (full packet) every
+``codec.full_every`` packets, int8 deltas on it in between. The keyframe itself is also on
 ``/weights/shard_<i>/keyframe``. Both are reliable, transient local, depth 1, so a worker that
 starts (or restarts) late, or missed the keyframe, gets it at once and applies the next delta.
 A commit that cannot apply (bad CRC, a missed commit) is counted and refused; the shard then
@@ -28,9 +28,11 @@ says ``needs_full`` in its ShardStatus and the learner re-sends its partitions w
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 from async_rl_ros.core.config import RosTransportConfig
 from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.receiver import ShardOutlet
 from async_rl_ros.core.weights.sharded_weights import ShardReplica
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import msg_to_shard_packet, shard_packet_to_msg
@@ -61,13 +63,14 @@ class ParamServerNode(Node):
         self.replica = ShardReplica(self.shard_id, num_shards, self.transport.codec)
         self.needs_full = True
         self.rejected = collections.Counter()
-        self.weights_pub = self.create_publisher(PolicyWeights,
-                                                 topics.weights_topic(self.shard_id),
-                                                 qos.WEIGHTS)
-        self.keyframe_pub = self.create_publisher(PolicyWeights,
-                                                  topics.keyframe_topic(self.shard_id),
-                                                  qos.WEIGHTS)
-        self._keyframe_sent = None
+        # The shard's two boards are its topics: the newest packet and its keyframe.
+        self.outlet = ShardOutlet(
+            _TopicBoard(self.create_publisher(PolicyWeights, topics.weights_topic(self.shard_id),
+                                              qos.WEIGHTS)),
+            _TopicBoard(self.create_publisher(PolicyWeights,
+                                              topics.keyframe_topic(self.shard_id), qos.WEIGHTS)),
+            encode=lambda packet: shard_packet_to_msg(packet, 'PolicyWeights',
+                                                      stamp=self.get_clock().now().to_msg()))
         self.status_pub = self.create_publisher(ShardStatus, topics.SHARD_STATUS, qos.STATUS)
         self.create_subscription(WeightsCommit, topics.commits_topic(self.shard_id),
                                  self._on_commit, qos.COMMITS)
@@ -88,15 +91,7 @@ class ParamServerNode(Node):
             return
         if msg.base_version < 0:
             self.needs_full = False
-        stamp = self.get_clock().now().to_msg()
-        keyframe = self.replica.keyframe()
-        if keyframe is not None and keyframe is not self._keyframe_sent:
-            self.keyframe_pub.publish(shard_packet_to_msg(keyframe, 'PolicyWeights',
-                                                          stamp=stamp))
-            self._keyframe_sent = keyframe
-        weights = self.replica.weights()
-        if weights is not None:
-            self.weights_pub.publish(shard_packet_to_msg(weights, 'PolicyWeights', stamp=stamp))
+        self.outlet.post(self.replica)
 
     def _publish_status(self) -> None:
         stats = self.replica.stats()
@@ -109,6 +104,17 @@ class ParamServerNode(Node):
         msg.commits_applied = int(stats['applied'])
         msg.commits_rejected = int(sum(self.rejected.values()))
         self.status_pub.publish(msg)
+
+
+class _TopicBoard:
+    """A shard topic as a board: what is published on it is the shard's newest of its kind."""
+
+    def __init__(self, publisher: Any):
+        self.publisher = publisher
+
+    def publish(self, msg: Any, version: int) -> None:
+        """Publish ``msg`` (``version`` is in the message)."""
+        self.publisher.publish(msg)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -105,10 +105,13 @@ class ShardOutlet:
 
     :param latest: the board of the newest packet.
     :param keyframe: the board of the keyframe that packet is based on.
+    :param encode: what a board takes for a packet (default: its bytes; a ROS shard node's
+        boards are its two topics and take ``PolicyWeights`` messages).
     """
 
-    def __init__(self, latest: Any, keyframe: Any):
-        self.latest, self.keyframe = latest, keyframe
+    def __init__(self, latest: Any, keyframe: Any,
+                 encode: Callable[[ShardPacket], Any] = ShardPacket.to_bytes):
+        self.latest, self.keyframe, self.encode = latest, keyframe, encode
         self._written: ShardPacket | None = None
         self._written_key: ShardPacket | None = None
 
@@ -119,9 +122,9 @@ class ShardOutlet:
             return False
         key = replica.keyframe()
         if key is not self._written_key:  # first: a reader of the delta may need it at once
-            self.keyframe.publish(key.to_bytes(), key.packet.version)
+            self.keyframe.publish(self.encode(key), key.packet.version)
             self._written_key = key
-        self.latest.publish(served.to_bytes(), served.packet.version)
+        self.latest.publish(self.encode(served), served.packet.version)
         self._written = served
         return True
 
