@@ -236,7 +236,7 @@ def test_all_finite_helpers():
 
 # ---------------------------------------------------------------------- update ratio
 def test_update_ratio_outside_band_warns_rate_limited(caplog):
-    doctor, knobs = make_doctor(warn_interval_steps=100)
+    doctor, knobs = make_doctor(warn_interval_steps=100, update_ratio_window=1)
     p = nn.Parameter(torch.ones(1000, dtype=torch.float64))
     tracker = ParamDeltaTracker([p])
     with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.doctor'):
@@ -257,6 +257,23 @@ def test_update_ratio_outside_band_warns_rate_limited(caplog):
     assert knobs.calls == []
     assert 'doctor/update_ratio/actor' in doctor.metrics()
     assert tracker.ratio() is None
+
+
+def test_the_update_ratio_band_judges_a_window_not_a_single_update():
+    """A healthy run's occasional large update is not a finding; a sustained drift is."""
+    doctor, _ = make_doctor(update_ratio_window=5)
+    healthy = [5e-4, 6e-4, 2e-3, 5e-4, 4e-4, 5e-4, 1.5e-3, 6e-4]  # spikes above 1e-3
+    for step, ratio in enumerate(healthy):
+        doctor.begin_step(step)
+        assert doctor.observe_update_ratio(ratio, 'actor')
+    assert doctor.detections['update_ratio'] == 0
+    assert doctor.metrics()['doctor/update_ratio_mean/actor'] == pytest.approx(
+        np.mean(healthy[-5:]))
+    for step in range(8, 13):  # drifting up: the mean leaves the band
+        doctor.begin_step(step)
+        doctor.observe_update_ratio(3e-3, 'actor')
+    assert doctor.detections['update_ratio'] >= 1
+    assert 'mean of the last 5' in doctor.events[-1].reason
 
 
 def test_update_ratio_function():

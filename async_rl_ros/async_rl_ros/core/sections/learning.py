@@ -189,6 +189,10 @@ class DoctorConfig(Section):
     update_ratio_interval_steps: int = option(10, 'Learner updates between two measurements of '
                                               'the update ratio (each copies the weights).',
                                               unit='updates', low=1, high=10**9)
+    update_ratio_window: int = option(20, 'Update-ratio measurements averaged before the '
+                                      'mean is compared with the band: a sustained drift is a '
+                                      'finding, one large update is not (1: every '
+                                      'measurement).', unit='measurements', low=1, high=10**6)
     reward_scale_factor: float = option(3.0, 'Largest allowed ratio between a worker reward scale '
                                         'and the median scale of the workers.',
                                         low=1.0, high=1e6, low_open=True)

@@ -61,6 +61,7 @@ class Doctor:
         self.detections: Counter[str] = Counter()
         self._events: deque[DoctorEvent] = deque(maxlen=self.cfg.max_events)
         self._values: dict[str, float] = {}
+        self._ratio_windows: dict[str, deque[float]] = {}  # recent update ratios per network
         self._last_warn: dict[str, int] = {}
         self._last_remedy: dict[str, int] = {}
         self._last_snapshot: int | None = None
@@ -268,7 +269,7 @@ class Doctor:
 
     def observe_update_ratio(self, ratio: float | None, name: str = '') -> bool:
         """
-        Compare one update ratio with the healthy band.
+        Record one update ratio; compare the mean of the last ``update_ratio_window`` with the band.
 
         :param ratio: ``||dtheta|| / ||theta||``, e.g. from :class:`ParamDeltaTracker`.
         :param name: network name (``actor``, ``critic``) for the metric and the log.
@@ -279,14 +280,23 @@ class Doctor:
         self._values['update_ratio'] = ratio
         if name:
             self._values[f'update_ratio/{name}'] = ratio
+        window = self._ratio_windows.get(name)
+        if window is None or window.maxlen != self.cfg.update_ratio_window:
+            window = self._ratio_windows[name] = deque(window or (),
+                                                       maxlen=self.cfg.update_ratio_window)
+        window.append(float(ratio))
+        if len(window) < window.maxlen:
+            return True  # too few measurements to call a drift
+        mean = statistics.fmean(window)
+        self._values['update_ratio_mean' + (f'/{name}' if name else '')] = mean
         low, high = self.cfg.update_ratio_low, self.cfg.update_ratio_high
-        if low <= ratio <= high:
+        if low <= mean <= high:
             return True
-        side = 'below' if ratio < low else 'above'
+        side = 'below' if mean < low else 'above'
         label = f'{name} ' if name else ''
-        self._detect('update_ratio', f'{label}update ratio ||dtheta||/||theta|| {side} the '
-                     f'healthy band [{low:g}, {high:g}]', ratio, low if ratio < low else high,
-                     key=f'update_ratio:{name}')
+        self._detect('update_ratio', f'{label}update ratio ||dtheta||/||theta|| (mean of the last '
+                     f'{len(window)}) {side} the healthy band [{low:g}, {high:g}]', mean,
+                     low if mean < low else high, key=f'update_ratio:{name}')
         return False
 
     # ------------------------------------------------------------------ rewards
