@@ -269,7 +269,7 @@ class Doctor:
 
     def observe_update_ratio(self, ratio: float | None, name: str = '') -> bool:
         """
-        Record one update ratio; compare the mean of the last ``update_ratio_window`` with the band.
+        Record an update ratio; compare the mean of the last ``update_ratio_window`` with the band.
 
         :param ratio: ``||dtheta|| / ||theta||``, e.g. from :class:`ParamDeltaTracker`.
         :param name: network name (``actor``, ``critic``) for the metric and the log.
