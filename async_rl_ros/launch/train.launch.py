@@ -24,11 +24,15 @@ namespaces (``/worker_<i>``) and are respawned when they die; the launch file br
 lifecycle worker to *active* through its ``change_state`` service (configure, then activate)
 whenever its process starts, so again after every respawn. With ``robot:=ur5`` the real arm
 is worker 0 and nothing starts unless ``async-rl-preflight`` passes (or
-``skip_preflight:=true``).
+``skip_preflight:=true``). With ``rqt:=true`` rqt opens ``config/async_rl.perspective`` once
+every topic its plots read exists (rqt_plot drops a topic it cannot find at start).
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import json
 import pathlib
 import time
 
@@ -39,6 +43,7 @@ from launch import LaunchDescription
 from launch.actions import (DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction,
                             RegisterEventHandler)
 from launch.event_handlers import OnProcessExit, OnProcessStart
+from launch.events import IncludeLaunchDescription as IncludeLaunchDescriptionEvent
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.ros_adapters import get_ros_node
@@ -50,6 +55,7 @@ import yaml
 PACKAGE = 'async_rl_ros'
 RESPAWN_DELAY_S = 2.0  # s before a dead worker or shard is started again
 SERVICE_TIMEOUT_S = 5.0  # s a lifecycle service call waits for its answer before a retry
+RQT_WAIT_S = 120.0  # s rqt waits at most for the topics its plots read
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -165,6 +171,44 @@ def _bring_up(context, node_name: str) -> None:
     context.add_completion_future(context.asyncio_loop.run_in_executor(None, work))
 
 
+def _plotted_topics(perspective: str) -> list[str]:
+    """Return the field paths (``/topic/field``) every rqt_plot of a perspective file plots."""
+    data = json.loads(pathlib.Path(perspective).read_text(encoding='utf-8'))
+    plugins = data['groups']['pluginmanager']['groups']
+    return [path for name, group in plugins.items() if name.startswith('plugin__rqt_plot__')
+            for path in ast.literal_eval(group['groups']['plugin']['keys']['topics']['repr'])]
+
+
+def _start_when_plotted(context, rqt: Node, plotted: list[str]) -> None:
+    """
+    Start rqt once every topic its plots read exists.
+
+    rqt_plot restores a perspective's topics once, when rqt starts, and silently drops a
+    topic that does not exist yet; the learner's metric topics exist from its start. After
+    ``RQT_WAIT_S`` rqt starts anyway, and the log names the topics still missing.
+    """
+    node = get_ros_node(context)
+    log = launch.logging.get_logger('async_rl_ros.rqt')
+
+    def missing() -> list[str]:
+        names = [name for name, _ in node.get_topic_names_and_types()]
+        return [path for path in plotted
+                if not any(path == name or path.startswith(name + '/') for name in names)]
+
+    async def wait():
+        deadline = time.monotonic() + RQT_WAIT_S
+        while not context.is_shutdown and missing():
+            if time.monotonic() > deadline:
+                log.warning(f'starting rqt; still no topic for {", ".join(missing())}: '
+                            'those curves stay empty until added by hand')
+                break
+            await asyncio.sleep(0.5)
+        if not context.is_shutdown:
+            await context.emit_event(IncludeLaunchDescriptionEvent(LaunchDescription([rqt])))
+
+    context.add_completion_future(context.asyncio_loop.create_task(wait()))
+
+
 def _lifecycle_worker(worker_id: int, params: dict) -> list:
     """Return a worker node and the handler that brings it (and every respawn) to active."""
     namespace = f'worker_{worker_id}'
@@ -228,9 +272,11 @@ def _launch_setup(context) -> list:
         perspective = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
                                             'async_rl.perspective']).perform(context)
         # rqt_robot_monitor reads /diagnostics_agg: show the nodes' /diagnostics directly.
-        entities.append(Node(package='rqt_gui', executable='rqt_gui', name='rqt',
-                             arguments=['--perspective-file', perspective],
-                             remappings=[('/diagnostics_agg', '/diagnostics')]))
+        rqt = Node(package='rqt_gui', executable='rqt_gui', name='rqt',
+                   arguments=['--perspective-file', perspective],
+                   remappings=[('/diagnostics_agg', '/diagnostics')])
+        entities.append(OpaqueFunction(function=_start_when_plotted,
+                                       args=[rqt, _plotted_topics(perspective)]))
     if robot != 'ur5' or _arg(context, 'skip_preflight') == 'true':
         return entities
     return _after_preflight(_arg(context, 'robot_ip'), entities)

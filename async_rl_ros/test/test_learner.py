@@ -77,6 +77,17 @@ def test_train_step_updates_sac_and_priorities(tmp_path):
     assert learner.replay.sampler.max_td != before or before > 0
 
 
+def test_metric_names_are_known_before_the_first_update(tmp_path):
+    learner = Learner(tiny_config(tmp_path), OBS, ACT)
+    names = learner.metric_names()
+    assert len(names) == len(set(names))
+    assert {'losses/qf1_loss', 'losses/actor_loss', 'losses/alpha', 'charts/batch_size',
+            'charts/env_steps'} <= set(names)
+    learner.ingest(transitions(500, np.random.default_rng(4)))
+    for _ in range(3):
+        assert set(learner.train_step()) <= set(names)
+
+
 def test_policy_state_and_export_act_like_the_learner(tmp_path):
     learner = Learner(tiny_config(tmp_path), OBS, ACT)
     learner.ingest(transitions(300, np.random.default_rng(2)))

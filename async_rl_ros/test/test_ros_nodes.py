@@ -13,13 +13,17 @@
 # limitations under the License.
 
 """
-With rclpy (skipped without ROS 2): real messages, serialization, parameters of the nodes.
+With rclpy (skipped without ROS 2): real messages, serialization, node parameters, topics.
 
 DDS stays on this machine: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (Jazzy),
 ``ROS_LOCALHOST_ONLY=1`` (Humble) and a domain id of its own.
 """
 
+import ast
+import json
 import os
+import pathlib
+import time
 
 os.environ.setdefault('ROS_DOMAIN_ID', '61')
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -39,6 +43,7 @@ from async_rl_ros.core.weights.sharded_weights import (ShardAssembler,  # noqa: 
                                                        ShardedCommitter, ShardReplica)
 from async_rl_ros.envs.reach_env import UR5ReachEnv  # noqa: E402
 from async_rl_ros.ros import conversions  # noqa: E402
+from async_rl_ros.ros.learner_node import LearnerNode  # noqa: E402
 from async_rl_ros.ros.params import SectionParameters  # noqa: E402
 from async_rl_ros_interfaces.msg import (PolicyWeights, TransitionBatch,  # noqa: E402
                                          WeightsCommit)
@@ -46,6 +51,8 @@ import numpy as np  # noqa: E402
 from rcl_interfaces.msg import ParameterType  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
+
+PERSPECTIVE = pathlib.Path(__file__).resolve().parents[1] / 'config' / 'async_rl.perspective'
 
 
 @pytest.fixture(scope='module')
@@ -163,3 +170,41 @@ def test_a_parameter_change_reaches_the_commands(context):
         if env is not None:
             env.close()
         node.destroy_node()
+
+
+def _plotted_topics() -> list[str]:
+    """Return the field paths (``/topic/field``) the shipped rqt perspective plots."""
+    plugins = json.loads(PERSPECTIVE.read_text(encoding='utf-8'))['groups']['pluginmanager']
+    return [path for name, group in plugins['groups'].items()
+            if name.startswith('plugin__rqt_plot__')
+            for path in ast.literal_eval(group['groups']['plugin']['keys']['topics']['repr'])]
+
+
+def test_the_plotted_metric_topics_exist_before_any_training(context, tmp_path):
+    """
+    rqt_plot drops a perspective topic that does not exist yet: they exist from the start.
+
+    A learner without workers never trains; its timers run for a while all the same.
+    """
+    learner = LearnerNode(parameter_overrides=[
+        Parameter('log_dir', value=str(tmp_path)),
+        Parameter('checkpoint.directory', value=str(tmp_path / 'checkpoints')),
+        Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16])])
+    probe = rclpy.create_node('metric_topics_probe')
+    plotted = _plotted_topics()
+    assert plotted
+    missing = plotted
+    try:
+        deadline = time.monotonic() + 5.0
+        while missing and time.monotonic() < deadline:
+            rclpy.spin_once(learner, timeout_sec=0.1)
+            names = [name for name, types in probe.get_topic_names_and_types()
+                     if 'std_msgs/msg/Float32' in types]
+            missing = [path for path in plotted
+                       if not any(path.startswith(name + '/') for name in names)]
+        assert not missing, f'no topic yet for {missing}'
+        assert learner.learner.updates == 0 and learner.learner.env_steps == 0
+    finally:
+        probe.destroy_node()
+        learner.close()
+        learner.destroy_node()

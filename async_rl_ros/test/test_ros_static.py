@@ -18,6 +18,7 @@ import ast
 import json
 import pathlib
 import re
+import struct
 
 from async_rl_ros.ros import topics
 import pytest
@@ -80,6 +81,29 @@ def test_perspective_plots_metric_topics_and_monitors_diagnostics():
               'charts/samples_per_s', 'charts/updates_per_s', 'charts/policy_lag_mean']
     for name in wanted:
         assert topics.metric_topic(name) + '/data' in plotted, name
+
+
+def _hex_bytes(value: dict) -> bytes:
+    """Return the bytes of a perspective value of type ``repr(QByteArray.hex)``."""
+    text = value['repr(QByteArray.hex)']
+    return bytes.fromhex(text[text.index("b'") + 2:text.rindex("'")])
+
+
+def test_perspective_window_fits_a_1600_by_1000_screen():
+    data = json.loads((ROOT / 'config' / 'async_rl.perspective').read_text(encoding='utf-8'))
+    keys = data['groups']['mainwindow']['keys']
+    geometry = _hex_bytes(keys['geometry'])  # QWidget::saveGeometry(): magic, version, frame
+    magic, major = struct.unpack('>IH', geometry[:6])
+    assert magic == 0x1D9D0CB and major >= 2
+    left, top, right, bottom = struct.unpack('>4i', geometry[8:24])
+    assert 0 <= left < right < 1600 and 0 <= top < bottom < 1000, (left, top, right, bottom)
+    state = _hex_bytes(keys['state'])  # QMainWindow::saveState(): every dock by object name
+    manager = data['groups']['pluginmanager']
+    running = ast.literal_eval(manager['keys']['running-plugins']['repr'])
+    for plugin, serials in running.items():
+        for serial in serials:
+            name = f'{plugin.replace("/", "__")}__{serial}__'
+            assert name.encode('utf-16-be') in state, name
 
 
 def test_launch_file_declares_described_arguments():

@@ -26,8 +26,9 @@ Wiring: the node is the ROS transport of the one
 Transition topics are discovered (every ``*/transitions`` of type TransitionBatch), so
 respawned or added workers join by themselves. A shard that reports ``needs_full`` gets its
 partitions whole, from the training thread (the only user of the committer). Scalar metrics
-go to ``/learner/metrics/<name>`` (std_msgs/Float32, for rqt_plot), the TrainingStats
-message and TensorBoard; ``/diagnostics`` carries the training doctor, the ingest counters,
+go to ``/learner/metrics/<name>`` (std_msgs/Float32, for rqt_plot; the topics of the known
+metrics exist from the node's start, before their first value), the TrainingStats message
+and TensorBoard; ``/diagnostics`` carries the training doctor, the ingest counters,
 the health and policy lag of every worker and the version of every shard.
 """
 
@@ -72,6 +73,11 @@ __all__ = ['LearnerNode', 'main']
 TRANSITION_TYPE = 'async_rl_ros_interfaces/msg/TransitionBatch'
 DISCOVERY_PERIOD_S = 1.0  # s between two scans for new transition topics
 IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
+#: The metrics :meth:`LearnerNode.topic_metrics` adds to the learner's own.
+TOPIC_METRICS = ('charts/samples_per_s', 'charts/updates_per_s', 'charts/episodic_return',
+                 'charts/success_rate', 'charts/policy_lag_mean', 'charts/policy_lag_max',
+                 'transport/dropped_batches', 'transport/rejected_batches',
+                 'transport/rejected_weights', 'transport/workers')
 
 
 class LearnerNode(Node):
@@ -129,6 +135,10 @@ class LearnerNode(Node):
                                                qos.METRICS)
         self.diag_pub = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS,
                                               qos.DIAGNOSTICS)
+        # Every metric topic exists from the start, before its first value: rqt_plot drops
+        # a topic that does not exist when a perspective is restored.
+        for name in (*self.learner.metric_names(), *TOPIC_METRICS):
+            self._metric_publisher(name)
         self.create_subscription(WorkerStatus, topics.WORKER_STATUS, self._on_worker_status,
                                  qos.STATUS)
         self.create_subscription(ShardStatus, topics.SHARD_STATUS, self._on_shard_status,
@@ -328,14 +338,18 @@ class LearnerNode(Node):
         out['transport/workers'] = float(len(statuses))
         return out
 
+    def _metric_publisher(self, name: str) -> Any:
+        """Return the Float32 publisher of a metric (created on first use)."""
+        pub = self._metric_pubs.get(name)
+        if pub is None:
+            pub = self._metric_pubs[name] = self.create_publisher(
+                Float32, topics.metric_topic(name), qos.METRICS)
+        return pub
+
     def _publish_metrics(self) -> None:
         metrics = self.topic_metrics()
         for name, value in metrics.items():
-            pub = self._metric_pubs.get(name)
-            if pub is None:
-                pub = self._metric_pubs[name] = self.create_publisher(
-                    Float32, topics.metric_topic(name), qos.METRICS)
-            pub.publish(Float32(data=float(value)))
+            self._metric_publisher(name).publish(Float32(data=float(value)))
         stats = TrainingStats()
         stats.header.stamp = self.get_clock().now().to_msg()
         stats.policy_version = int(self.learner.policy_version)

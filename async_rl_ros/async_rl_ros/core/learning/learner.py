@@ -47,7 +47,7 @@ from async_rl_ros.core.learning.her import GoalSpec, HindsightRelabeler
 from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.normalizer import RunningNormalizer
 from async_rl_ros.core.learning.replay import ReplayBuffer
-from async_rl_ros.core.learning.sac import SAC
+from async_rl_ros.core.learning.sac import SAC, UPDATE_METRICS
 from async_rl_ros.core.records import PolicyState
 import numpy as np
 import torch
@@ -341,6 +341,15 @@ class Learner:
         out.update(self.doctor.metrics())
         out.update(self.batch_sizer.metrics())
         return out
+
+    def metric_names(self) -> list[str]:
+        """
+        Return the names :meth:`metrics` and :meth:`train_step` report, before any update.
+
+        The doctor and the batch sizer can add names later (per worker, once measured).
+        """
+        step = ('replay/mean_weight', 'replay/mean_policy_lag', 'charts/batch_size')
+        return list(dict.fromkeys((*self.metrics(), *UPDATE_METRICS, *step)))
 
 
 class EpisodeTracker:

@@ -45,10 +45,18 @@ from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
 import torch
 from torch import nn
 
-__all__ = ['POLICY_REG_BASE', 'Guard', 'SACConfig', 'SAC', 'finite_guard', 'resolve_device']
+__all__ = ['POLICY_REG_BASE', 'UPDATE_METRICS', 'Guard', 'SACConfig', 'SAC', 'finite_guard',
+           'resolve_device']
 
 # Weight the policy regularization starts from when a doctor first scales it up from 0.
 POLICY_REG_BASE = 0.1
+
+#: Every metric :meth:`SAC.update` reports (``losses/policy_reg`` only with a reference
+#: policy), known before the first update: a metric sink can announce them up front.
+UPDATE_METRICS = ('losses/qf1_loss', 'losses/qf2_loss', 'losses/qf1_values',
+                  'losses/grad_norm_critic', 'losses/alpha', 'losses/actor_loss',
+                  'losses/alpha_loss', 'losses/entropy', 'losses/grad_norm_actor',
+                  'losses/policy_reg', 'doctor/skipped')
 
 Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor]], bool]
 
