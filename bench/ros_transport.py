@@ -100,19 +100,14 @@ def _publish_weights(count: int, rate_hz: float) -> None:
     from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
     from async_rl_ros.ros import qos
     from async_rl_ros.ros.conversions import shard_packet_to_msg
+    from async_rl_ros.ros.node_utils import TopicBoard
     from async_rl_ros_interfaces.msg import PolicyWeights
-
-    class Topic:  # a shard topic as a board (the param_server node's outlet)
-        def __init__(self, name):
-            self.pub = node.create_publisher(PolicyWeights, name, qos.WEIGHTS)
-
-        def publish(self, msg, version):
-            self.pub.publish(msg)
 
     rclpy.init()
     node = rclpy.create_node('bench_shard')
-    latest, keyframe = Topic(TOPIC_W), Topic(TOPIC_K)
-    pub = latest.pub
+    pub = node.create_publisher(PolicyWeights, TOPIC_W, qos.WEIGHTS)
+    latest = TopicBoard(pub)  # the shard's topics as its boards, as in the param_server node
+    keyframe = TopicBoard(node.create_publisher(PolicyWeights, TOPIC_K, qos.WEIGHTS))
     hidden = tuple(LearnerConfig().sac.hidden_sizes)
     actor = {k: v.numpy() for k, v in Actor(21, 6, hidden).state_dict().items()}
     extras = {'obs_mean': np.zeros(21, np.float32), 'obs_std': np.ones(21, np.float32),

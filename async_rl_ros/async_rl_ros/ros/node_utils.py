@@ -25,7 +25,7 @@ from async_rl_ros.core.learning.resume import CheckpointError
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
-__all__ = ['run_node', 'LoggingAdapter', 'apply_env_config']
+__all__ = ['run_node', 'LoggingAdapter', 'TopicBoard', 'apply_env_config']
 
 
 class LoggingAdapter:
@@ -45,6 +45,17 @@ class LoggingAdapter:
     def critical(self, msg: str, *args: Any) -> None:
         """Log a fatal condition."""
         self._logger.fatal(msg % args)
+
+
+class TopicBoard:
+    """A publisher as a weights board: what goes out on the topic is the newest of its kind."""
+
+    def __init__(self, publisher: Any):
+        self.publisher = publisher
+
+    def publish(self, msg: Any, version: int) -> None:
+        """Publish ``msg`` (``version`` travels in the message)."""
+        self.publisher.publish(msg)
 
 
 def apply_env_config(logger: Any, env: Any, section: Any, keys: tuple[str, ...]) -> None:

@@ -28,7 +28,6 @@ says ``needs_full`` in its ShardStatus and the learner re-sends its partitions w
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 from async_rl_ros.core.config import RosTransportConfig
 from async_rl_ros.core.weights.codec import CodecError
@@ -36,7 +35,7 @@ from async_rl_ros.core.weights.receiver import ShardOutlet
 from async_rl_ros.core.weights.sharded_weights import ShardReplica
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.conversions import msg_to_shard_packet, shard_packet_to_msg
-from async_rl_ros.ros.node_utils import run_node
+from async_rl_ros.ros.node_utils import run_node, TopicBoard
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import PolicyWeights, ShardStatus, WeightsCommit
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
@@ -65,10 +64,10 @@ class ParamServerNode(Node):
         self.rejected = collections.Counter()
         # The shard's two boards are its topics: the newest packet and its keyframe.
         self.outlet = ShardOutlet(
-            _TopicBoard(self.create_publisher(PolicyWeights, topics.weights_topic(self.shard_id),
-                                              qos.WEIGHTS)),
-            _TopicBoard(self.create_publisher(PolicyWeights,
-                                              topics.keyframe_topic(self.shard_id), qos.WEIGHTS)),
+            TopicBoard(self.create_publisher(PolicyWeights, topics.weights_topic(self.shard_id),
+                                             qos.WEIGHTS)),
+            TopicBoard(self.create_publisher(PolicyWeights,
+                                             topics.keyframe_topic(self.shard_id), qos.WEIGHTS)),
             encode=lambda packet: shard_packet_to_msg(packet, 'PolicyWeights',
                                                       stamp=self.get_clock().now().to_msg()))
         self.status_pub = self.create_publisher(ShardStatus, topics.SHARD_STATUS, qos.STATUS)
@@ -104,17 +103,6 @@ class ParamServerNode(Node):
         msg.commits_applied = int(stats['applied'])
         msg.commits_rejected = int(sum(self.rejected.values()))
         self.status_pub.publish(msg)
-
-
-class _TopicBoard:
-    """A shard topic as a board: what is published on it is the shard's newest of its kind."""
-
-    def __init__(self, publisher: Any):
-        self.publisher = publisher
-
-    def publish(self, msg: Any, version: int) -> None:
-        """Publish ``msg`` (``version`` is in the message)."""
-        self.publisher.publish(msg)
 
 
 def main(args: list[str] | None = None) -> int:
