@@ -50,8 +50,10 @@ for pkg in async_rl_ros async_rl_ros_interfaces; do  # the working tree, without
 done
 
 echo "ros-test: ROS 2 $ROS_DISTRO, building $ws"
-(cd "$ws" && colcon build --event-handlers console_cohesion+ \
-   --cmake-args -DBUILD_TESTING=OFF > "$ws/build.log" 2>&1) || {
+# The message package's Python bindings are built for the python3 the nodes run with.
+python=$(python3 -c 'import sys; print(sys.executable)')
+(cd "$ws" && colcon build --event-handlers console_cohesion+ --cmake-args -DBUILD_TESTING=OFF \
+   "-DPYTHON_EXECUTABLE=$python" "-DPython3_EXECUTABLE=$python" > "$ws/build.log" 2>&1) || {
   tail -n 40 "$ws/build.log" >&2
   echo "ros-test: colcon build failed (log: $ws/build.log)" >&2
   exit 1
