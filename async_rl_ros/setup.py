@@ -43,7 +43,6 @@ setup(
         'learn': ['torch>=2.1', 'tensorboard>=2.12', 'tqdm>=4.60', 'matplotlib>=3.5',
                   'psutil>=5.9'],
         'real': ['ur-rtde==1.6.5'],
-        'bag': ['rosbags>=0.10'],
         'test': ['pytest>=7', 'pytest-timeout>=2', 'hypothesis>=6.80',
                  'ament-lint-flake8', 'ament-lint-pep257', 'ament-xmllint', 'ament-lint'],
     },

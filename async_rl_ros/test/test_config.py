@@ -44,7 +44,8 @@ def test_defaults_validate_and_every_option_is_documented():
 
 
 def test_shipped_files_load_and_match_the_dataclass_defaults():
-    files = sorted(SHIPPED.glob('*.yaml'))
+    # bag_qos.yaml holds QoS overrides for ros2 bag record, no node parameters
+    files = sorted(p for p in SHIPPED.glob('*.yaml') if p.name != 'bag_qos.yaml')
     assert files
     for path in files:
         for node in load_yaml_parameters(path):

@@ -59,6 +59,34 @@ def test_ingest_normalizes_and_drops_non_finite_rows(tmp_path):
     np.testing.assert_allclose(learner.normalizer.mean, 1.0, atol=0.8)
 
 
+def test_recorded_transitions_fill_the_replay_but_are_no_env_steps(tmp_path):
+    """A warm start: updates may begin at once, and the workers are not held back."""
+    from async_rl_ros.core.learning.loop import TrainingLoop
+
+    learner = Learner(tiny_config(tmp_path, learning_starts=500, rate_limit_slack=200), OBS, ACT)
+    recorded = transitions(600, np.random.default_rng(3), worker=1, version=1300)
+    recorded['reward'][5] = np.nan
+    assert learner.ingest(recorded, recorded=True) == 599
+    assert (learner.env_steps, learner.recorded_steps, len(learner.replay)) == (0, 599, 599)
+    assert learner.metrics()['charts/recorded_steps'] == 599
+    # acted by no policy of this run (like warm-up actions): the doctor sees no lag
+    assert set(learner.replay.storage.policy_version[:599].tolist()) == {-1}
+    doctor = learner.doctor.metrics()
+    assert 'doctor/policy_lag' not in doctor and 'doctor/reward_scale/1' not in doctor
+    np.testing.assert_allclose(learner.normalizer.mean, 1.0, atol=0.8)
+    assert learner.ready()
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    loop.source = type('Live', (), {'blocking': False})()
+    assert loop.owes_update()
+    # The workers pause once the learner has received what it wants; counted as env steps,
+    # the 599 would have held them (and with them the learner) still.
+    assert learner.env_steps_wanted(200) > learner.env_steps + 200
+    for _ in range(3):
+        learner.train_step()
+    assert learner.ingest(transitions(10, np.random.default_rng(4))) == 10
+    assert (learner.env_steps, learner.recorded_steps) == (10, 599)
+
+
 def test_train_step_updates_sac_and_priorities(tmp_path):
     learner = Learner(tiny_config(tmp_path), OBS, ACT)
     learner.ingest(transitions(500, np.random.default_rng(1)))

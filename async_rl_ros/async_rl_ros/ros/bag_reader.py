@@ -15,93 +15,149 @@
 """
 Transitions from a rosbag2 recording (``ros2 bag record`` of ``TransitionBatch`` topics).
 
-Read with the `rosbags` library, so it works with or without a ROS 2 install (and is tested
-without one). The message definitions come from the ``.msg`` files of
-``async_rl_ros_interfaces``: its installed ``share`` directory on ``AMENT_PREFIX_PATH``, or
-the source tree next to this package. Each message goes through the same
-:func:`~async_rl_ros.ros.conversions.msg_to_batch` as a live one, so a malformed recording
-is rejected batch by batch, never loaded half-checked.
+Read with ``rosbag2_py``, the library behind ``ros2 bag`` itself: a recording opens
+through the storage plugins of the distro that wrote it (mcap, Jazzy's default; sqlite3,
+Humble's default and ``-s sqlite3``; compressed or not), so whatever ``ros2 bag record``
+wrote reads back, and nothing else is needed where the learner runs (a ROS 2 node). Each
+message is deserialized into the generated class a subscription receives and goes through
+the same :func:`~async_rl_ros.ros.conversions.msg_to_batch` as a live one, so a malformed
+recording is rejected batch by batch (counted), never loaded half-checked.
+
+``rosbag2_py`` and ``rclpy`` are imported when a recording is opened: the path checks run
+without ROS 2.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
-from typing import Iterator
+from typing import Any, Iterator
 
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.ros.conversions import msg_to_batch
 import numpy as np
+import yaml
 
-__all__ = ['TRANSITION_TYPE', 'find_msg_dir', 'typestore_with_interfaces',
-           'read_transition_bag']
+__all__ = ['TRANSITION_TYPE', 'BagError', 'BagStats', 'check_bag', 'read_transition_bag']
 
 TRANSITION_TYPE = 'async_rl_ros_interfaces/msg/TransitionBatch'
-_PACKAGE = 'async_rl_ros_interfaces'
 
 
-def find_msg_dir() -> pathlib.Path:
+class BagError(ValueError):
+    """A recording that cannot be used: missing, unreadable here, or without transitions."""
+
+
+@dataclasses.dataclass
+class BagStats:
+    """What :func:`read_transition_bag` found (filled while it reads)."""
+
+    storage: str = ''
+    """Storage plugin of the recording (``mcap``, ``sqlite3``)."""
+    topics: tuple[str, ...] = ()
+    """Its ``TransitionBatch`` topics."""
+    messages: int = 0
+    """``TransitionBatch`` messages read."""
+    transitions: int = 0
+    """Transitions of the accepted batches."""
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Malformed batches by reason (:attr:`CodecError.reason`), skipped."""
+
+
+def _metadata_hint(path: pathlib.Path) -> str:
+    """Return why this distro may not read the recording, from its ``metadata.yaml``."""
+    meta = path / 'metadata.yaml' if path.is_dir() else path.parent / 'metadata.yaml'
+    try:
+        info = yaml.safe_load(meta.read_text(encoding='utf-8'))['rosbag2_bagfile_information']
+        recorded = info.get('ros_distro') or ''
+        storage = info.get('storage_identifier') or ''
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        return ''
+    here = os.environ.get('ROS_DISTRO', '')
+    if recorded and here and recorded != here:
+        return (f'; it was recorded with ROS 2 {recorded} ({storage} storage), this is '
+                f'{here}: record it on {here}')
+    return ''
+
+
+def check_bag(path: str | os.PathLike) -> Any:
     """
-    Locate the ``.msg`` files of ``async_rl_ros_interfaces``.
+    Open the metadata of a recording and return it (``rosbag2_py.BagMetadata``).
 
-    :returns: ``<prefix>/share/async_rl_ros_interfaces/msg`` of the first prefix on
-        ``AMENT_PREFIX_PATH`` that has it, else the source tree's ``msg`` directory.
-    :raises FileNotFoundError: neither exists.
+    :param path: the bag directory (or, on Jazzy, one of its storage files).
+    :raises BagError: the path does not exist, has no ``metadata.yaml``, rosbag2 cannot read
+        it, or it has no ``TransitionBatch`` topic; the message says which, in one line.
     """
-    for prefix in filter(None, os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep)):
-        candidate = pathlib.Path(prefix) / 'share' / _PACKAGE / 'msg'
-        if (candidate / 'TransitionBatch.msg').is_file():
-            return candidate
-    source = pathlib.Path(__file__).resolve().parents[3] / _PACKAGE / 'msg'
-    if (source / 'TransitionBatch.msg').is_file():
-        return source
-    raise FileNotFoundError(f'no {_PACKAGE}/msg directory on AMENT_PREFIX_PATH or at {source}')
+    where = pathlib.Path(os.path.expanduser(os.fspath(path)))
+    if not where.exists():
+        raise BagError(f'{where} does not exist')
+    if where.is_dir() and not (where / 'metadata.yaml').is_file():
+        raise BagError(f'{where} has no metadata.yaml: not a rosbag2 recording, or one whose '
+                       f'recorder was killed (ros2 bag reindex {where} rebuilds it)')
+    import rosbag2_py
 
-
-def typestore_with_interfaces(msg_dir: str | os.PathLike | None = None):
-    """
-    Return a rosbags type store that knows the ROS 2 standard and our message types.
-
-    :param msg_dir: directory of the ``.msg`` files (:func:`find_msg_dir` when ``None``).
-    """
-    from rosbags.typesys import get_types_from_msg, get_typestore, Stores
-
-    store = get_typestore(Stores.ROS2_HUMBLE)
-    types = {}
-    for path in sorted(pathlib.Path(msg_dir or find_msg_dir()).glob('*.msg')):
-        name = f'{_PACKAGE}/msg/{path.stem}'
-        types.update(get_types_from_msg(path.read_text(encoding='utf-8'), name))
-    store.register(types)
-    return store
+    try:
+        metadata = rosbag2_py.Info().read_metadata(str(where), '')
+    except RuntimeError as exc:
+        raise BagError(f'rosbag2 cannot read {where}: {exc}{_metadata_hint(where)}') from None
+    found = [t.topic_metadata for t in metadata.topics_with_message_count]
+    if not any(t.type == TRANSITION_TYPE for t in found):
+        listed = ', '.join(f'{t.name} [{t.type}]' for t in found) or 'none'
+        raise BagError(f'{where} has no {TRANSITION_TYPE} topic (topics: {listed})')
+    return metadata
 
 
 def read_transition_bag(path: str | os.PathLike, obs_dim: int | None = None,
-                        act_dim: int | None = None, msg_dir: str | os.PathLike | None = None,
-                        rejected: dict[str, int] | None = None
+                        act_dim: int | None = None, stats: BagStats | None = None
                         ) -> Iterator[dict[str, np.ndarray]]:
     """
     Yield the transition batches of every ``TransitionBatch`` topic of a recording.
 
-    :param path: the bag directory (sqlite3 or mcap storage, as rosbags reads them).
+    Batches come in recording order; a malformed one (wrong widths or sizes, unknown source,
+    bytes that do not deserialize) is counted in ``stats.rejected`` and skipped.
+
+    :param path: the bag directory (any storage plugin this distro has).
     :param obs_dim: expected observation width (checked when given).
     :param act_dim: expected action width (checked when given).
-    :param msg_dir: directory of the ``.msg`` files.
-    :param rejected: if given, malformed batches are counted here by reason and skipped;
-        otherwise the first one raises :class:`CodecError`.
+    :param stats: filled with what was read (storage, topics, counts).
     :returns: batches in the layout ``Learner.ingest`` takes (plus ``source``).
+    :raises BagError: see :func:`check_bag`; also when reading stops half-way.
     """
-    from rosbags.rosbag2 import Reader
+    stats = BagStats() if stats is None else stats
+    metadata = check_bag(path)
+    from async_rl_ros_interfaces.msg import TransitionBatch
+    from rclpy.serialization import deserialize_message
+    import rosbag2_py
 
-    store = typestore_with_interfaces(msg_dir)
-    with Reader(path) as reader:
-        connections = [c for c in reader.connections if c.msgtype == TRANSITION_TYPE]
-        if not connections:
-            return
-        for connection, _, raw in reader.messages(connections=connections):
-            msg = store.deserialize_cdr(raw, connection.msgtype)
-            try:
-                yield msg_to_batch(msg, obs_dim, act_dim)
-            except CodecError as exc:
-                if rejected is None:
-                    raise
-                rejected[exc.reason] = rejected.get(exc.reason, 0) + 1
+    where = os.path.expanduser(os.fspath(path))
+    stats.storage = metadata.storage_identifier
+    stats.topics = tuple(sorted(t.topic_metadata.name for t in metadata.topics_with_message_count
+                                if t.topic_metadata.type == TRANSITION_TYPE))
+    reader = (rosbag2_py.SequentialCompressionReader() if metadata.compression_format
+              else rosbag2_py.SequentialReader())
+    try:
+        reader.open(rosbag2_py.StorageOptions(uri=where, storage_id=stats.storage),
+                    rosbag2_py.ConverterOptions('', ''))
+        reader.set_filter(rosbag2_py.StorageFilter(topics=list(stats.topics)))
+    except RuntimeError as exc:
+        raise BagError(f'rosbag2 cannot open {where}: {exc}{_metadata_hint(pathlib.Path(where))}'
+                       ) from None
+    while True:
+        try:
+            if not reader.has_next():
+                break
+            _, data, _ = reader.read_next()
+        except RuntimeError as exc:
+            raise BagError(f'reading {where} stopped after {stats.messages} messages: {exc}'
+                           ) from None
+        stats.messages += 1
+        try:
+            batch = msg_to_batch(deserialize_message(data, TransitionBatch), obs_dim, act_dim)
+        except CodecError as exc:
+            stats.rejected[exc.reason] = stats.rejected.get(exc.reason, 0) + 1
+            continue
+        except Exception:  # noqa: B902 -- rclpy raises several types for undecodable bytes
+            stats.rejected['format'] = stats.rejected.get('format', 0) + 1
+            continue
+        stats.transitions += len(batch['reward'])
+        yield batch

@@ -29,7 +29,9 @@ partitions whole, from the training thread (the only user of the committer). Sca
 go to ``/learner/metrics/<name>`` (std_msgs/Float32, for rqt_plot; the topics of the known
 metrics exist from the node's start, before their first value), the TrainingStats message
 and TensorBoard; ``/diagnostics`` carries the training doctor, the ingest counters,
-the health and policy lag of every worker and the version of every shard.
+the health and policy lag of every worker and the version of every shard. With
+``transport.warm_start_bag`` the replay buffer starts filled from a ``ros2 bag record`` of
+transition topics (:mod:`.bag_reader`); those transitions are no env steps of this run.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import LearnerConfig, ReachTaskConfig, RosTransportConfig
+from async_rl_ros.core.config import (ConfigError, LearnerConfig, ReachTaskConfig,
+                                      RosTransportConfig)
 from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
@@ -54,6 +57,7 @@ from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
 from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.ros import qos, topics
+from async_rl_ros.ros.bag_reader import BagError, BagStats, read_transition_bag, TRANSITION_TYPE
 from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
                                           status_to_receiver_stats)
 from async_rl_ros.ros.diagnostics import LearnerDiagnostics
@@ -70,7 +74,6 @@ import torch
 
 __all__ = ['LearnerNode', 'main']
 
-TRANSITION_TYPE = 'async_rl_ros_interfaces/msg/TransitionBatch'
 DISCOVERY_PERIOD_S = 1.0  # s between two scans for new transition topics
 IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
 #: The metrics :meth:`LearnerNode.topic_metrics` adds to the learner's own.
@@ -108,6 +111,8 @@ class LearnerNode(Node):
                 self.get_logger().warning(f'checkpoint {path} skipped: {why}')
             self.get_logger().info(f'resumed from {found.path} at {self.learner.env_steps} '
                                    'env steps')
+        self.warm_start: dict[str, Any] = {}  # what _warm_start loaded (summary.json)
+        self._warm_start()
         self.committer = ShardedCommitter(self.transport.parameter_server,
                                           self.learner.policy_state())
         self.log_dir = pathlib.Path(self.cfg.log_dir)
@@ -127,7 +132,6 @@ class LearnerNode(Node):
         self.buffer = DoubleBuffer(self._preprocess, max_raw=self.transport.max_raw_batches)
         self.diagnostics = LearnerDiagnostics(self.learner, self.committer, self.cfg.doctor,
                                               self.transport, self.buffer)
-        self._warm_start()
         self.commit_pubs = [self.create_publisher(WeightsCommit, topics.commits_topic(i),
                                                   qos.COMMITS)
                             for i in range(self.transport.parameter_server.num_shards)]
@@ -158,17 +162,49 @@ class LearnerNode(Node):
 
     # ------------------------------------------------------------------ data in
     def _warm_start(self) -> None:
+        """
+        Fill the replay buffer from ``transport.warm_start_bag`` before any worker data.
+
+        The recorded transitions are no env steps of this run (``Learner.ingest(...,
+        recorded=True)``): updates may start at once (``learning_starts`` is met), the budget,
+        the warm-up and the workers' rate limit count this run's own steps. A recording that
+        cannot be used (missing, unreadable, no ``TransitionBatch`` topic, every batch
+        rejected) is a :class:`ConfigError`: the learner does not start cold instead.
+        """
         path = self.transport.warm_start_bag
         if not path:
             return
-        from async_rl_ros.ros.bag_reader import read_transition_bag
-
-        rejected: dict[str, int] = {}
+        if len(self.learner.replay):  # resumed with its replay buffer, the bag's data in it
+            self.get_logger().info(f'warm start from {path} skipped: the resumed replay buffer '
+                                   f'holds {len(self.learner.replay)} transitions')
+            return
+        start = time.monotonic()
+        stats = BagStats()
         stored = 0
-        for batch in read_transition_bag(path, self.obs_dim, self.act_dim, rejected=rejected):
-            stored += self.learner.ingest(batch)  # with its source: real data can weigh more
-        self.get_logger().info(f'warm start: {stored} transitions from {path} '
-                               f'({sum(rejected.values())} batches rejected)')
+        try:
+            for batch in read_transition_bag(path, self.obs_dim, self.act_dim, stats):
+                # with its source: real data can weigh more
+                stored += self.learner.ingest(batch, recorded=True)
+        except BagError as exc:
+            raise ConfigError('transport.warm_start_bag', path,
+                              f'a rosbag2 recording of TransitionBatch topics: {exc}') from None
+        rejected = ', '.join(f'{n} {reason}' for reason, n in sorted(stats.rejected.items()))
+        if not stored:
+            raise ConfigError('transport.warm_start_bag', path,
+                              f'a recording of transitions with obs_dim {self.obs_dim}, act_dim '
+                              f'{self.act_dim}: none of its {stats.messages} batches fits '
+                              f'({rejected or "no finite transition"})')
+        self.warm_start = {'bag': str(path), 'messages': stats.messages,
+                           'transitions': stored,
+                           'rejected_batches': sum(stats.rejected.values()),
+                           'seconds': round(time.monotonic() - start, 3)}
+        self.get_logger().info(
+            f'warm start: {stored} transitions from {stats.messages} messages on '
+            f'{len(stats.topics)} topics of {path} ({stats.storage}) in '
+            f'{self.warm_start["seconds"]:.2f} s, {sum(stats.rejected.values())} batches '
+            f'rejected{f" ({rejected})" if rejected else ""}; the replay buffer holds '
+            f'{len(self.learner.replay)} (hindsight copies included), learning starts '
+            f'{"at once" if self.learner.ready() else "when it holds enough"}')
 
     def _discover(self) -> None:
         for name, types in self.get_topic_names_and_types():
@@ -274,6 +310,8 @@ class LearnerNode(Node):
                  'rejected_batches': int(sum(self.ingest_rejected.values())),
                  'interrupted': not self.finished and
                  self.learner.env_steps < self.cfg.total_env_steps}
+        if self.warm_start:
+            extra['warm_start'] = self.warm_start
         extra.update(weights_summary(received, self.committer.fp32_bytes))
         finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2', extra=extra)
         self.finished = True

@@ -92,13 +92,14 @@ class Learner:
         self._lock = threading.Lock()  # normalizer statistics and counters
         self._her_lock = threading.Lock()
         self.policy_version = 0      # bumped by whoever publishes weights
-        self.env_steps = 0           # transitions ingested
+        self.env_steps = 0           # transitions ingested from this run's workers
+        self.recorded_steps = 0      # transitions ingested from a recording (warm start)
         self.rejected_rows = 0       # transitions dropped for non-finite values
         self.updates = 0
         self._published: OrderedDict[int, PolicyState] = OrderedDict()
 
     # ------------------------------------------------------------------ data in
-    def ingest(self, batch: Mapping[str, np.ndarray]) -> int:
+    def ingest(self, batch: Mapping[str, np.ndarray], *, recorded: bool = False) -> int:
         """
         Add a batch of transitions; safe from any thread.
 
@@ -109,18 +110,31 @@ class Learner:
         priority, like any new transition); they count neither as env steps nor in the
         returned number.
 
+        :param batch: the transitions.
+        :param recorded: the batch was recorded before this run (a warm start from a bag),
+            not collected by its workers. It is stored like any other (replay, normalizer
+            statistics, hindsight copies), with ``policy_version`` -1 (no policy of this
+            run acted), but counted in :attr:`recorded_steps`, not in :attr:`env_steps`: the
+            ``total_env_steps`` budget, ``warmup_steps`` and the workers' rate limit
+            (:meth:`env_steps_wanted`) are about this run's own steps, and the doctor's
+            reward and lag statistics about its own workers.
         :returns: the number of transitions of ``batch`` stored.
         """
         keep = np.asarray(finite_rows(batch), dtype=bool)
         if not keep.all():
             batch = {k: np.asarray(v)[keep] if np.ndim(v) else v for k, v in batch.items()}
         n = int(keep.sum())
+        if recorded and n:
+            batch = dict(batch, policy_version=np.full(n, -1, np.int64))
         with self._lock:
             self.rejected_rows += int(keep.size - n)
             if n == 0:
                 return 0
             self.normalizer.update(batch['obs'])
-            self.env_steps += n
+            if recorded:
+                self.recorded_steps += n
+            else:
+                self.env_steps += n
             version = self.policy_version
             probe = self.doctor.probe
             if probe is None or len(probe) < PROBE_SIZE:
@@ -133,6 +147,8 @@ class Learner:
                 relabeled = self.relabeler.add(batch)
             if relabeled is not None:
                 self.replay.extend(relabeled)
+        if recorded:
+            return n
         workers = np.broadcast_to(np.asarray(batch['worker_id']), (n,))
         rewards = np.asarray(batch['reward'], dtype=np.float64).reshape(n)
         for worker in np.unique(workers):
@@ -335,6 +351,7 @@ class Learner:
         out = {'charts/env_steps': float(self.env_steps), 'charts/updates': float(self.updates),
                'charts/policy_version': float(self.policy_version),
                'charts/replay_size': float(len(self.replay)),
+               'charts/recorded_steps': float(self.recorded_steps),
                'doctor/rejected_rows': float(self.rejected_rows)}
         if self.relabeler is not None:
             out['her/relabeled'] = float(self.relabeler.relabeled)

@@ -122,8 +122,10 @@ class RosTransportConfig(Section):
                                    high=100.0, read_only=True)
     worker_timeout_s: float = option(5.0, 'A worker silent for longer is reported stale.',
                                      unit='s', low=0.1, high=3600.0)
-    warm_start_bag: str = option('', 'rosbag2 recording of TransitionBatch topics the learner '
-                                 'loads into its replay buffer at start (empty: none).',
+    warm_start_bag: str = option('', 'rosbag2 recording (ros2 bag record) of TransitionBatch '
+                                 'topics the learner loads into its replay buffer at start; '
+                                 'its transitions are no env steps of this run, and a '
+                                 'recording it cannot use stops it (empty: none).',
                                  read_only=True)
     parameter_server: ParameterServerConfig = dataclasses.field(
         default_factory=ParameterServerConfig)
