@@ -36,6 +36,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
+import psutil  # noqa: E402
 import pytest  # noqa: E402
 
 launch_testing = pytest.importorskip('launch_testing')
@@ -86,19 +87,16 @@ def generate_test_description():
 
 
 def _worker_pids(worker_id: int) -> list[int]:
-    """Return the pids of the env_worker processes in namespace /worker_<id>."""
+    """Return the pids of this test's env_worker processes in namespace /worker_<id>."""
     pids = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
+    for child in psutil.Process().children(recursive=True):  # not another launch's workers
         try:
-            with open(f'/proc/{entry}/cmdline', 'rb') as f:
-                args = f.read().split(b'\0')
-        except OSError:
+            args = child.cmdline()
+        except psutil.Error:
             continue
-        if any(a.endswith(b'/env_worker') for a in args) and \
-                f'__ns:=/worker_{worker_id}'.encode() in args:
-            pids.append(int(entry))
+        if any(a.endswith('/env_worker') for a in args) and \
+                f'__ns:=/worker_{worker_id}' in args and child.status() != psutil.STATUS_ZOMBIE:
+            pids.append(child.pid)
     return pids
 
 

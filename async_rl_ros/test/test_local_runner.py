@@ -106,7 +106,8 @@ def test_async_workers_keep_to_the_update_to_data_ratio(tmp_path, ratio):
                                           'max_updates_per_step': 1.0})
     run = train_to_the_end(env_cfg, learner_cfg, runner_cfg)
     learner = run.learner
-    in_flight = run.transport.num_workers * runner_cfg.transition_batch  # checked, then sent
+    # checked, then sent, per worker; and the batch that ends the budget brings no updates
+    in_flight = (run.transport.num_workers + 1) * runner_cfg.transition_batch
     assert learner.env_steps >= 2500
     starts = 256  # learning_starts: the first update comes after these transitions
     assert learner.updates >= ratio * (learner.env_steps - starts - 300 - in_flight) - 1

@@ -41,7 +41,7 @@ from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.workers.inline import (EVAL_SEED, HELD_OUT_SEED, InlineWorker,
-                                             PolicyEvaluator)
+                                              PolicyEvaluator)
 from async_rl_ros.core.workers.runtime import build_worker
 from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.local.lifecycle import restore_last_good, stop_scope, StopRequest
