@@ -29,7 +29,7 @@ setup(
         ('share/' + package_name, ['package.xml']),
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config',
-         glob('config/*.yaml') + glob('config/*.perspective')),
+         glob('config/*.yaml') + glob('config/*.perspective') + glob('config/*.xml')),
     ],
     python_requires='>=3.10',
     install_requires=[

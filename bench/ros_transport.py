@@ -46,15 +46,18 @@ import time
 
 import numpy as np
 
-os.environ.setdefault('ROS_DOMAIN_ID', '63')
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecated
-    os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
-
 TOPIC_T = '/bench/transitions'
 TOPIC_W = '/bench/weights'
 TOPIC_K = '/bench/weights/keyframe'
 MATCH_TIMEOUT_S = 15.0
+
+
+def local_dds() -> None:
+    """Keep DDS on this host (loopback) and on a domain of its own, unless told otherwise."""
+    os.environ.setdefault('ROS_DOMAIN_ID', '63')
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecated
+        os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
 
 
 def _wait_for_match(publisher, seconds: float = MATCH_TIMEOUT_S) -> bool:
@@ -82,6 +85,7 @@ def _publish_transitions(batch_size: int, seconds: float) -> None:
                         'terminated': np.zeros(n, bool), 'truncated': np.zeros(n, bool),
                         'policy_version': np.zeros(n, np.int64)}, worker_id=0)
     if _wait_for_match(pub):
+        time.sleep(1.0)  # the subscriber may match this writer a moment after this one
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             pub.publish(msg)
@@ -219,6 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
     parser.add_argument('--quick', action='store_true', help='short runs (< 1 min)')
     args = parser.parse_args()
+    local_dds()  # before rclpy starts, and inherited by the publishing processes
     try:
         import rclpy
         import async_rl_ros_interfaces.msg  # noqa: F401 -- the built messages are needed

@@ -18,14 +18,18 @@ Train with ROS 2: env workers, the learner and the parameter-server shards (and 
     ros2 launch async_rl_ros train.launch.py num_workers:=2
     ros2 launch async_rl_ros train.launch.py robot:=ur5 robot_ip:=<ip> num_sim_workers:=3
 
+Several hosts (README.md, "Several hosts"): ``role:=learner`` on the learner host starts the
+learner and the shards, ``role:=workers`` on each worker host its workers (with
+``first_worker_id`` so that ids do not collide); the default ``role:=all`` starts everything.
+
 Every node reads its section of ``config`` (the ``ros__parameters`` file the local runner
 reads too) plus the ``ros_transport`` section under ``transport.``. Workers run in their own
 namespaces (``/worker_<i>``) and are respawned when they die; the launch file brings each
 lifecycle worker to *active* through its ``change_state`` service (configure, then activate)
 whenever its process starts, so again after every respawn. With ``robot:=ur5`` the real arm
-is worker 0 and nothing starts unless ``async-rl-preflight`` passes (or
-``skip_preflight:=true``). With ``rqt:=true`` rqt opens ``config/async_rl.perspective`` once
-every topic its plots read exists (rqt_plot drops a topic it cannot find at start).
+is worker 0 (``first_worker_id``) and no worker starts unless ``async-rl-preflight`` passes
+(or ``skip_preflight:=true``). With ``rqt:=true`` rqt opens ``config/async_rl.perspective``
+once every topic its plots read exists (rqt_plot drops a topic it cannot find at start).
 """
 
 from __future__ import annotations
@@ -57,12 +61,21 @@ PACKAGE = 'async_rl_ros'
 RESPAWN_DELAY_S = 2.0  # s before a dead worker or shard is started again
 SERVICE_TIMEOUT_S = 5.0  # s a lifecycle service call waits for its answer before a retry
 RQT_WAIT_S = 120.0  # s rqt waits at most for the topics its plots read
+#: What each ``role`` starts: workers, learner (with the parameter-server shards).
+ROLES = {'all': ('workers', 'learner'), 'learner': ('learner',), 'workers': ('workers',)}
 
 
 def generate_launch_description() -> LaunchDescription:
     """Declare the arguments; the nodes are built once they are known."""
     share = FindPackageShare(PACKAGE)
     args = [
+        DeclareLaunchArgument('role', default_value='all', choices=['all', 'learner', 'workers'],
+                              description='What this host runs: all (one host), learner (the '
+                              'learner and the parameter-server shards: the learner host) or '
+                              'workers (the env workers only: a worker host).'),
+        DeclareLaunchArgument('first_worker_id', default_value='0',
+                              description='Id (and namespace /worker_<id>) of the first worker '
+                              'started here; worker hosts need ranges that do not overlap.'),
         DeclareLaunchArgument('robot', default_value='sim', choices=['sim', 'ur5'],
                               description='sim: simulated workers only; ur5: the physical UR5 '
                               'is worker 0, plus num_sim_workers simulated ones.'),
@@ -246,35 +259,40 @@ def _launch_setup(context) -> list:
     learner_cfg = load_node_config(config, 'learner', LearnerConfig, learner_overrides)
 
     transport_params = {'transport': transport.to_flat()}
-    if robot == 'ur5':
-        fleet = ['ur5'] + ['sim'] * _count(context, 'num_sim_workers')
-    else:
-        fleet = ['sim'] * _count(context, 'num_workers')
-    if not fleet:
-        raise ConfigError('num_workers', 0, 'at least one worker')
+    role = ROLES[_arg(context, 'role')]
     entities: list = []
-    for worker_id, backend in enumerate(fleet):
-        overrides = {'backend': backend}
-        if backend == 'ur5':
-            overrides['rtde.robot_ip'] = _arg(context, 'robot_ip')
-        load_node_config(config, 'env_worker', EnvWorkerConfig, overrides)
-        params = dict(sections.get('env_worker', {}))
-        params.update(transport_params, worker_id=worker_id,
-                      hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes], **overrides)
-        entities += _lifecycle_worker(worker_id, params)
-    learner_params = dict(sections.get('learner', {}))
-    # the reach task's reward and goal layout, for hindsight relabeling in the learner
-    task = sections.get('env_worker', {}).get('task')
-    if task:
-        learner_params['task'] = dict(task)
-    learner_params.update(transport_params, **learner_overrides)
-    entities.append(Node(package=PACKAGE, executable='learner', name='learner',
-                         parameters=[learner_params], output='screen'))
-    for shard_id in range(transport.parameter_server.num_shards):
-        entities.append(Node(package=PACKAGE, executable='param_server',
-                             name=f'param_server_{shard_id}',
-                             parameters=[dict(transport_params, shard_id=shard_id)],
-                             respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen'))
+    if 'workers' in role:
+        if robot == 'ur5':
+            fleet = ['ur5'] + ['sim'] * _count(context, 'num_sim_workers')
+        else:
+            fleet = ['sim'] * _count(context, 'num_workers')
+        if not fleet:
+            raise ConfigError('num_workers', 0, 'at least one worker')
+        first = _count(context, 'first_worker_id')
+        for worker_id, backend in enumerate(fleet, start=first):
+            overrides = {'backend': backend}
+            if backend == 'ur5':
+                overrides['rtde.robot_ip'] = _arg(context, 'robot_ip')
+            load_node_config(config, 'env_worker', EnvWorkerConfig, overrides)
+            params = dict(sections.get('env_worker', {}))
+            params.update(transport_params, worker_id=worker_id,
+                          hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
+                          **overrides)
+            entities += _lifecycle_worker(worker_id, params)
+    if 'learner' in role:
+        learner_params = dict(sections.get('learner', {}))
+        # the reach task's reward and goal layout, for hindsight relabeling in the learner
+        task = sections.get('env_worker', {}).get('task')
+        if task:
+            learner_params['task'] = dict(task)
+        learner_params.update(transport_params, **learner_overrides)
+        entities.append(Node(package=PACKAGE, executable='learner', name='learner',
+                             parameters=[learner_params], output='screen'))
+        for shard_id in range(transport.parameter_server.num_shards):
+            entities.append(Node(package=PACKAGE, executable='param_server',
+                                 name=f'param_server_{shard_id}',
+                                 parameters=[dict(transport_params, shard_id=shard_id)],
+                                 respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen'))
     if _arg(context, 'rqt') == 'true':
         perspective = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
                                             'async_rl.perspective']).perform(context)
@@ -284,7 +302,7 @@ def _launch_setup(context) -> list:
                    remappings=[('/diagnostics_agg', '/diagnostics')])
         entities.append(OpaqueFunction(function=_start_when_plotted,
                                        args=[rqt, _plotted_topics(perspective)]))
-    if robot != 'ur5' or _arg(context, 'skip_preflight') == 'true':
+    if robot != 'ur5' or 'workers' not in role or _arg(context, 'skip_preflight') == 'true':
         return entities
     return _after_preflight(_arg(context, 'robot_ip'), entities)
 

@@ -96,3 +96,16 @@ def test_full_raw_queue_drops_oldest_and_bad_batches_are_rejected():
     assert ready == sorted(ready) and set(ready) <= {5, 6, 7, 8, 9}
     assert buf.depth() == {'raw': 0, 'ready': 0}
     buf.close()
+
+
+def test_recent_keys_refuse_a_second_delivery_per_sender_within_the_window():
+    from async_rl_ros.core.transport.duplicates import RecentKeys
+
+    keys = RecentKeys(window=3)
+    assert all(keys.fresh(0, k) for k in (10, 11, 12))
+    assert keys.fresh(1, 10)                  # another worker's batch with the same stamp
+    assert not keys.fresh(0, 11) and not keys.fresh(1, 10)
+    assert keys.duplicates == 2
+    assert keys.fresh(0, 13)                  # pushes 10 out of worker 0's window ...
+    assert keys.fresh(0, 10)                  # ... so it is taken again
+    assert not keys.fresh(0, 13) and keys.duplicates == 3

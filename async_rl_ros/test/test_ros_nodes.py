@@ -85,6 +85,33 @@ def test_transition_batch_survives_the_wire():
         conversions.msg_to_batch(wire, 21, 6)
 
 
+def test_the_learner_takes_a_batch_once_and_counts_a_second_delivery():
+    import collections
+    import threading
+    import types
+
+    from async_rl_ros.core.transport.duplicates import RecentKeys
+    from async_rl_ros.ros.learner_node import LearnerNode
+    from builtin_interfaces.msg import Time
+
+    learner = types.SimpleNamespace(obs_dim=21, act_dim=6, _lock=threading.Lock(),
+                                    ingest_rejected=collections.Counter(),
+                                    _seen_batches=RecentKeys(8))
+    rng = np.random.default_rng(1)
+    msg = conversions.batch_to_msg(_batch(rng), 2, 'sim', stamp=Time(sec=5, nanosec=7))
+    wire = deserialize_message(serialize_message(msg), TransitionBatch)
+    assert LearnerNode._preprocess(learner, msg)[1:] == (2, 'sim')
+    assert LearnerNode._preprocess(learner, wire) is None  # the same batch again
+    other = conversions.batch_to_msg(_batch(rng), 3, 'sim', stamp=Time(sec=5, nanosec=7))
+    assert LearnerNode._preprocess(learner, other) is not None  # another worker's
+    unstamped = conversions.batch_to_msg(_batch(rng), 2, 'sim')
+    assert LearnerNode._preprocess(learner, unstamped) is not None
+    assert LearnerNode._preprocess(learner, unstamped) is not None  # not checked
+    unstamped.count = 3
+    assert LearnerNode._preprocess(learner, unstamped) is None
+    assert learner.ingest_rejected == {'duplicate': 1, 'shape': 1}
+
+
 def test_weight_shards_survive_the_wire_and_assemble():
     rng = np.random.default_rng(1)
     actor = {'w': rng.normal(size=(40, 21)).astype(np.float32),

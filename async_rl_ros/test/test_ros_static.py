@@ -117,8 +117,15 @@ def test_launch_file_declares_described_arguments():
             assert 'description' in keywords, ast.unparse(node.args[0])
             declared[node.args[0].value] = keywords
     assert {'robot', 'num_workers', 'num_sim_workers', 'robot_ip', 'config', 'device',
-            'num_param_shards', 'replicas', 'log_dir', 'rqt', 'skip_preflight'} <= set(declared)
-    for name in ('robot', 'device', 'rqt', 'skip_preflight'):
+            'num_param_shards', 'replicas', 'log_dir', 'rqt', 'skip_preflight', 'role',
+            'first_worker_id'} <= set(declared)
+    for name in ('robot', 'device', 'rqt', 'skip_preflight', 'role'):
         assert 'choices' in declared[name], name
     assert ast.literal_eval(declared['robot']['choices']) == ['sim', 'ur5']
     assert ast.literal_eval(declared['device']['choices']) == ['auto', 'cpu', 'cuda']
+    assert ast.literal_eval(declared['role']['choices']) == ['all', 'learner', 'workers']
+    assert ast.literal_eval(declared['role']['default_value']) == 'all'  # one host as before
+    roles = [n for n in tree.body if isinstance(n, ast.Assign)
+             and getattr(n.targets[0], 'id', '') == 'ROLES']
+    assert ast.literal_eval(roles[0].value) == {
+        'all': ('workers', 'learner'), 'learner': ('learner',), 'workers': ('workers',)}

@@ -292,3 +292,43 @@ def test_a_receiver_stays_on_the_shard_whose_keyframe_it_holds():
         assert receiver.poll() is not None
     assert receiver.resyncs == 0 and receiver.full_packets == 2 and receiver.rejected == 0
     assert receiver.bytes_received > receiver.bytes_delta > 0  # sized as serialized packets
+
+
+def test_a_delta_that_arrives_before_its_keyframe_waits_for_it_and_is_not_rejected():
+    """Two topics, a lossy link: a delta on a new keyframe can come before that keyframe."""
+    from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
+    from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
+
+    run = _learner()
+    _, initial = next(run)
+    committer = ShardedCommitter(ParameterServerConfig(num_shards=1, replicas=1), initial)
+    replica = ShardReplica(0, 1, CodecConfig(full_every=2))  # keyframes 0, 2, 4, ...
+    latest, keyframe = MemoryBoard(), MemoryBoard()
+    receiver = WeightReceiver([(latest.view(), keyframe.view())], OBS_DIM)
+
+    def commit(first=False):
+        """Apply the next commit; return what the shard serves and its keyframe."""
+        state = next(run)[1]
+        replica.apply(committer.full(0) if first else committer.commit(state)[0])
+        return replica.serve(), replica.keyframe()
+
+    def post(board, packet):
+        board.publish(packet.to_bytes(), packet.packet.version)
+
+    served, key = commit(first=True)
+    post(keyframe, key)
+    post(latest, served)
+    assert receiver.poll().version == 0
+    served, _ = commit()                     # 1: a delta on keyframe 0
+    post(latest, served)
+    assert receiver.poll().version == 1
+    _, key = commit()                        # 2: a keyframe, lost for now on both topics
+    served, _ = commit()                     # 3: a delta on keyframe 2, delivered first
+    assert served.packet.base_version == key.packet.version == 2
+    post(latest, served)
+    assert receiver.poll() is None and receiver.poll() is None  # it waits for keyframe 2
+    assert receiver.rejected == 0
+    post(keyframe, key)                      # keyframe 2 comes late
+    assert receiver.poll().version == 3
+    assert receiver.rejected == 0 and receiver.resyncs == 1
+    assert receiver.poll() is None           # nothing left waiting

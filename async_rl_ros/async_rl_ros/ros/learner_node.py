@@ -52,6 +52,7 @@ from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
+from async_rl_ros.core.transport.duplicates import RecentKeys
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
@@ -75,6 +76,7 @@ import torch
 __all__ = ['LearnerNode', 'main']
 
 DISCOVERY_PERIOD_S = 1.0  # s between two scans for new transition topics
+DUPLICATE_WINDOW = 1024   # batches per worker remembered to refuse a second delivery
 IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
 #: The metrics :meth:`LearnerNode.topic_metrics` adds to the learner's own.
 TOPIC_METRICS = ('charts/samples_per_s', 'charts/updates_per_s', 'charts/episodic_return',
@@ -120,6 +122,7 @@ class LearnerNode(Node):
 
         self._lock = threading.Lock()  # worker / shard tables, metrics, resync requests
         self.ingest_rejected: collections.Counter[str] = collections.Counter()
+        self._seen_batches = RecentKeys(DUPLICATE_WINDOW)  # preprocessing thread only
         self.workers: dict[int, dict[str, Any]] = {}
         self.shards: dict[int, tuple[float, ShardStatus]] = {}
         self._resync: set[int] = set()
@@ -215,12 +218,22 @@ class LearnerNode(Node):
                 self.get_logger().info(f'receiving transitions from {name}')
 
     def _preprocess(self, msg: TransitionBatch) -> tuple[dict, int, str] | None:
-        """Preprocessing thread: message -> batch; a malformed one is counted, not raised."""
+        """
+        Preprocessing thread: message -> batch; a malformed one is counted, not raised.
+
+        A batch delivered a second time (same worker, same header stamp) is counted as
+        ``duplicate`` and refused; unstamped batches (stamp 0) are not checked.
+        """
         try:
             batch = msg_to_batch(msg, self.obs_dim, self.act_dim)
         except CodecError as exc:
             with self._lock:
                 self.ingest_rejected[exc.reason] += 1
+            return None
+        stamp = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
+        if stamp and not self._seen_batches.fresh(int(msg.worker_id), stamp):
+            with self._lock:
+                self.ingest_rejected['duplicate'] += 1
             return None
         return batch, int(msg.worker_id), msg.source
 

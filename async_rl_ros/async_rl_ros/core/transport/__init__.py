@@ -12,4 +12,4 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Transitions from the workers into the learner: the never-waiting double buffer."""
+"""Transitions from the workers into the learner: the never-waiting double buffer, duplicates."""

@@ -138,7 +138,10 @@ class WeightReceiver:
     whose current keyframe the worker holds counts as one version newer than it is: a keyframe
     costs several deltas, so the worker rather waits one poll for that shard than fetch
     another's keyframe. A shard that stops serving falls behind and the replicas' boards are
-    read instead.
+    read instead. A delta whose keyframe is not on the keyframe board yet (the two boards are
+    separate topics of a network transport, and a lossy link can deliver the delta first) is
+    kept, not rejected, and applied at a later poll once its keyframe is there, unless a newer
+    packet of that shard comes first.
 
     :param boards: ``(latest, keyframe)`` boards per shard.
     :param obs_dim: the observation width the policy must take (not checked when ``None``).
@@ -159,6 +162,7 @@ class WeightReceiver:
         self.delta_packets = 0
         self.resyncs = 0  # keyframes fetched because a delta's base was missing
         self.unreadable = 0  # board contents that did not parse (counted as rejected)
+        self._waiting: dict[int, ShardPacket] = {}  # per shard: a delta before its keyframe
 
     @property
     def version(self) -> int:
@@ -198,15 +202,17 @@ class WeightReceiver:
         fallback = None
         for i in order:
             latest, key = self.boards[i]
-            if latest.version <= self.assembler.version:
-                continue  # nothing newer than the policy on this board
-            got = latest.poll()
+            got = latest.poll() if latest.version > self.assembler.version else None
             packet = None if got is None else self._parse(got[1])
+            waiting = self._waiting.pop(i, None)  # a newer packet of the shard replaces it
             if packet is None:
-                continue
+                packet = waiting
+                if packet is None or packet.packet.version <= self.assembler.version:
+                    continue  # nothing newer than the policy on this board
             if self.assembler.lacks_base(packet):
                 base = key.read()
-                if base is None:
+                if base is None or base[0] != packet.packet.base_version:
+                    self._waiting[i] = packet  # its keyframe is still on the way
                     continue
                 self.resyncs += 1
                 fallback = self._add(self._parse(base[1])) or fallback
