@@ -185,6 +185,28 @@ def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path)
     assert all(not h.process.is_alive() for h in transport.workers.values())
 
 
+def test_a_worker_killed_while_writing_does_not_stall_the_others(tmp_path):
+    """A worker SIGKILLed inside a queue write leaves that queue's lock held: only its own."""
+    run = local_run(*configs(tmp_path, 'async', 10**9))
+    stop = threading.Event()
+    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while run.learner.env_steps < 300 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        run.transport.queues[0]._wlock.acquire()  # what the killed writer leaves behind
+        steps = run.learner.env_steps
+        while run.learner.env_steps < steps + 500 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert run.learner.env_steps >= steps + 500  # worker 1's batches still arrive
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        run.close()
+    assert not thread.is_alive()
+
+
 @pytest.mark.skipif(sys.platform == 'win32', reason='POSIX signals')
 def test_ctrl_c_stops_every_process_and_writes_a_checkpoint(tmp_path):
     cmd = [sys.executable, '-m', 'async_rl_ros.local.cli', '--mode', 'async', '--workers', '2',

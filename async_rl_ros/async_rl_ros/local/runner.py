@@ -18,7 +18,7 @@ The local transport: env-worker processes on this machine, no ROS.
 :class:`LocalTransport` is both ports of the
 :class:`~async_rl_ros.core.learning.loop.TrainingLoop` for worker processes::
 
-    worker processes (WorkerRuntime) --queue of batches--> reader thread --> DoubleBuffer
+    worker processes (WorkerRuntime) --a queue each--> reader thread --> DoubleBuffer
       --take()--> the loop; publish(state) --> the weight path (shared memory) --> workers
 
 Modes: ``async`` -- workers never wait for the learner; the learner trains whenever it has
@@ -63,6 +63,7 @@ _LOG = logging.getLogger(__name__)
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
 SYNC_ROUND_TIMEOUT_S = 5.0  # s a sync round waits for missing workers
 UNLIMITED = 2**62           # allowance of free-running workers
+READ_IDLE_S = 0.001         # s the reader sleeps when no worker queue had a batch
 
 
 def default_num_workers() -> int:
@@ -79,7 +80,6 @@ def default_num_workers() -> int:
 class _Shared:
     """What the learner side shares with every worker process."""
 
-    queue: Any          # batches out: (transitions, episodes, stats)
     stop: Any           # Value: non-zero stops every worker (lock-free: a killed worker
     #                     cannot leave a lock or an Event's condition behind)
     round: Any  # noqa: A003 -- Value: lockstep round counter (sync; one writer)
@@ -94,7 +94,7 @@ class _Shared:
 
 @child_entry('env worker')  # dies with the learner; SIGINT ignored (stopped via ``stop``)
 def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: int,
-                 restarts: int, shared: _Shared) -> None:
+                 restarts: int, shared: _Shared, out: Any) -> None:
     """Run one env worker until ``shared.stop`` is set (the body of a worker process)."""
     import torch
 
@@ -115,7 +115,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
         if hasattr(backend, 'summary'):  # interrupted steps by kind, unconfirmed stops ...
             stats['arm'] = backend.summary()
         try:
-            shared.queue.put_nowait((transitions, episodes, stats))
+            out.put_nowait((transitions, episodes, stats))
         except queue.Full:
             return False  # never wait for the learner
         shared.produced[worker_id] += len(transitions['reward'])  # this worker's slot only
@@ -176,7 +176,6 @@ class LocalTransport:
         self._ctx = mp.get_context('spawn')
         self.weights = LocalWeightPath(runner.parameter_server, runner.codec, initial)
         self.shared = _Shared(
-            queue=self._ctx.Queue(maxsize=runner.queue_batches),
             stop=self._ctx.Value('b', 0, lock=False),
             round=self._ctx.Value('q', 0, lock=False),
             produced=self._ctx.Array('q', self.num_workers, lock=False),
@@ -187,6 +186,11 @@ class LocalTransport:
             sync=self.blocking)
         self.buffer = DoubleBuffer(self._preprocess)
         self.workers: dict[int, _WorkerHandle] = {}
+        # One queue per worker process: a worker killed while it writes can leave its queue's
+        # write lock held, which would block every other writer of a shared queue.
+        self._queue_size = max(1, -(-runner.queue_batches // self.num_workers))
+        self.queues: dict[int, Any] = {}
+        self._retired: list[Any] = []  # queues of dead workers, drained then closed
         self.worker_stats: dict[int, dict[str, float]] = {}
         self.respawns = 0
         self.stopping = False
@@ -208,10 +212,15 @@ class LocalTransport:
     def _spawn(self, worker_id: int) -> None:
         handle = self.workers.get(worker_id)
         restarts = handle.restarts + 1 if handle else 0
+        out = self._ctx.Queue(maxsize=self._queue_size)
+        old = self.queues.get(worker_id)
+        self.queues = {**self.queues, worker_id: out}  # replaced whole: the reader's view
+        if old is not None:
+            self._retired = self._retired + [old]
         process = self._ctx.Process(
             target=_worker_main, name=f'env_worker_{worker_id}', daemon=True,
             args=(worker_id, self.env_cfg.to_flat(), tuple(self.cfg.sac.hidden_sizes),
-                  self.rcfg.transition_batch, restarts, self.shared))
+                  self.rcfg.transition_batch, restarts, self.shared, out))
         process.start()
         self.workers[worker_id] = _WorkerHandle(process, time.monotonic(), restarts)
 
@@ -231,8 +240,9 @@ class LocalTransport:
         if self._reader.is_alive():
             self._reader.join(timeout=2.0)
         self.buffer.close()
-        self.shared.queue.cancel_join_thread()
-        self.shared.queue.close()
+        for out in [*self.queues.values(), *self._retired]:
+            out.cancel_join_thread()
+            out.close()
         self.weights.close()
 
     # ------------------------------------------------------------------ BatchSource
@@ -244,13 +254,27 @@ class LocalTransport:
 
     def _read_queue(self) -> None:
         while not self.shared.stop.value:
-            try:
-                message = self.shared.queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            except (EOFError, OSError):
-                return
-            self.buffer.put(message)
+            got = False
+            for out in self.queues.values():
+                try:
+                    message = out.get_nowait()
+                except queue.Empty:
+                    continue
+                except (EOFError, OSError):
+                    return
+                self.buffer.put(message)
+                got = True
+            if self._retired:  # what a dead worker queued, then its queue goes
+                old = self._retired[0]
+                try:
+                    self.buffer.put(old.get_nowait())
+                    got = True
+                except (queue.Empty, EOFError, OSError):
+                    self._retired = self._retired[1:]
+                    old.cancel_join_thread()
+                    old.close()
+            if not got:
+                time.sleep(READ_IDLE_S)
 
     def take(self) -> list[Received]:
         """

@@ -97,8 +97,9 @@ class LocalRunnerConfig(Section):
                               low=0, high=1024)
     transition_batch: int = option(64, 'Transitions per message from a worker.',
                                    unit='transitions', low=1, high=65536)
-    queue_batches: int = option(256, 'Messages the transition queue holds before workers drop '
-                                'batches (they never wait).', low=1, high=1_000_000)
+    queue_batches: int = option(256, 'Messages the transition queues hold, split between the '
+                                'workers (one queue each), before a worker drops batches '
+                                '(workers never wait).', low=1, high=1_000_000)
     stats_interval_s: float = option(2.0, 'Seconds between metric reports.', unit='s',
                                      low=0.1, high=3600.0)
     parameter_server: ParameterServerConfig = dataclasses.field(
