@@ -143,41 +143,103 @@ def _spin_while(node, process, executor) -> None:
         executor.spin_once(timeout_sec=0.01)
 
 
+class IngestCounter:
+    """
+    The learner's ingest path on ``node``, counting the transitions that come out of it.
+
+    Subscription -> DoubleBuffer -> ``msg_to_batch``: ready for ``Learner.ingest``.
+    """
+
+    def __init__(self, node):
+        from async_rl_ros.core.transport.double_buffer import DoubleBuffer
+        from async_rl_ros.ros import qos
+        from async_rl_ros_interfaces.msg import TransitionBatch
+
+        self.times: list[float] = []
+        self.transitions = 0
+        self.buffer = DoubleBuffer(self._preprocess, max_raw=4096)
+        node.create_subscription(TransitionBatch, TOPIC_T, self.buffer.put, qos.TRANSITIONS)
+
+    def _preprocess(self, msg):
+        from async_rl_ros.ros.conversions import msg_to_batch
+
+        batch = msg_to_batch(msg, 21, 6)
+        self.transitions += len(batch['reward'])
+        self.times.append(time.perf_counter())
+        return batch
+
+    def finish(self, batch_size: int) -> float:
+        """Drain, close; return transitions/s between the first and the last batch."""
+        self.buffer.drain(5.0)
+        self.buffer.close()
+        if len(self.times) < 2:
+            return 0.0
+        return (self.transitions - batch_size) / (self.times[-1] - self.times[0])
+
+
+class WeightsReceiver:
+    """
+    A worker's weight path on ``node``, recording send-to-arrival and -assembled latency (ms).
+
+    The shard's two topics are stored on boards, as the ``env_worker`` node does, and its
+    ``WeightReceiver`` is polled at once on every packet.
+    """
+
+    def __init__(self, node):
+        from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
+        from async_rl_ros.ros import qos
+        from async_rl_ros.ros.conversions import msg_to_shard_packet
+        from async_rl_ros_interfaces.msg import PolicyWeights
+
+        self.node = node
+        self.latest, self.keyframe = MemoryBoard(), MemoryBoard()
+        self.receiver = WeightReceiver([(self.latest.view(), self.keyframe.view())],
+                                       parse=msg_to_shard_packet)
+        self.arrival: list[float] = []
+        self.assembled: list[float] = []
+        self._sent: dict[int, float] = {}  # send time of each version
+        node.create_subscription(PolicyWeights, TOPIC_W, self._on_weights, qos.WEIGHTS)
+        node.create_subscription(PolicyWeights, TOPIC_K, self._on_keyframe, qos.WEIGHTS)
+
+    def _stamp(self, msg) -> None:
+        self._sent[int(msg.version)] = msg.header.stamp.sec * 1e9 + msg.header.stamp.nanosec
+
+    def _on_weights(self, msg) -> None:
+        self._stamp(msg)
+        now = self.node.get_clock().now().nanoseconds
+        self.arrival.append((now - self._sent[int(msg.version)]) / 1e6)
+        self.latest.publish(msg, msg.version)
+        self._poll()
+
+    def _on_keyframe(self, msg) -> None:
+        self._stamp(msg)
+        self.keyframe.publish(msg, msg.version)
+        self._poll()  # a delta may have been waiting for it
+
+    def _poll(self) -> None:
+        state = self.receiver.poll()  # the worker's next poll, at once
+        if state is not None:
+            now = self.node.get_clock().now().nanoseconds
+            self.assembled.append((now - self._sent[state.version]) / 1e6)
+
+
 def bench_transitions(batch_size: int, seconds: float) -> float:
     """Return transitions/s that came out of the learner's ingest path."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from async_rl_ros.core.transport.double_buffer import DoubleBuffer
-    from async_rl_ros.ros import qos
-    from async_rl_ros.ros.conversions import msg_to_batch
-    from async_rl_ros_interfaces.msg import TransitionBatch
-
-    times: list[float] = []
-    counts = [0]
-
-    def preprocess(msg):
-        batch = msg_to_batch(msg, 21, 6)
-        counts[0] += len(batch['reward'])
-        times.append(time.perf_counter())
-        return batch
-
-    buffer = DoubleBuffer(preprocess, max_raw=4096)
     node = rclpy.create_node('bench_learner')
-    node.create_subscription(TransitionBatch, TOPIC_T, buffer.put, qos.TRANSITIONS)
+    ingest = IngestCounter(node)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     process = mp.get_context('spawn').Process(target=_publish_transitions,
                                               args=(batch_size, seconds))
     process.start()
     _spin_while(node, process, executor)
-    buffer.drain(5.0)
-    buffer.close()
+    rate = ingest.finish(batch_size)
     executor.remove_node(node)
     node.destroy_node()
-    if len(times) < 2:
-        return 0.0
-    return (counts[0] - batch_size) / (times[-1] - times[0])
+    return rate
 
 
 def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float], int]:
@@ -185,28 +247,8 @@ def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float],
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
-    from async_rl_ros.ros import qos
-    from async_rl_ros.ros.conversions import msg_to_shard_packet
-    from async_rl_ros_interfaces.msg import PolicyWeights
-
     node = rclpy.create_node('bench_worker_weights')
-    latest, keyframe = MemoryBoard(), MemoryBoard()
-    receiver = WeightReceiver([(latest.view(), keyframe.view())], parse=msg_to_shard_packet)
-    arrival: list[float] = []
-    assembled: list[float] = []
-
-    def on_weights(msg):
-        now = node.get_clock().now()
-        sent = msg.header.stamp.sec * 1e9 + msg.header.stamp.nanosec
-        arrival.append((now.nanoseconds - sent) / 1e6)
-        latest.publish(msg, msg.version)
-        if receiver.poll() is not None:  # the worker's next poll, at once
-            assembled.append((node.get_clock().now().nanoseconds - sent) / 1e6)
-
-    node.create_subscription(PolicyWeights, TOPIC_W, on_weights, qos.WEIGHTS)
-    node.create_subscription(PolicyWeights, TOPIC_K,
-                             lambda msg: keyframe.publish(msg, msg.version), qos.WEIGHTS)
+    weights = WeightsReceiver(node)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     process = mp.get_context('spawn').Process(target=_publish_weights, args=(count, rate_hz))
@@ -214,8 +256,8 @@ def bench_weights(count: int, rate_hz: float) -> tuple[list[float], list[float],
     _spin_while(node, process, executor)
     executor.remove_node(node)
     node.destroy_node()
-    stats = receiver.stats()
-    return arrival, assembled, len(assembled), stats
+    return (weights.arrival, weights.assembled, len(weights.assembled),
+            weights.receiver.stats())
 
 
 def main() -> None:

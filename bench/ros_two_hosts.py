@@ -25,9 +25,10 @@ payloads). For each packet loss (each direction of the link):
   transitions (the shipped ``transition_batch``) as fast as it can; on the learner host the
   learner's ingest path (subscription -> DoubleBuffer -> ``msg_to_batch``) counts what comes
   out;
-* weights: a shard-like process on the learner host publishes ``PolicyWeights`` of the reach
-  task's actor at 20 Hz; on the worker host they are assembled (``ShardAssembler``) and the
-  send-to-assembled latency recorded (one clock: the namespaces share the machine).
+* weights: a shard-like process on the learner host posts the shipped actor and codec on a
+  shard's two topics at 20 Hz; on the worker host a worker's ``WeightReceiver`` assembles
+  them and the send-to-assembled latency is recorded (one clock: the namespaces share the
+  machine).
 
 Needs root (namespaces), iproute2, and nftables when the kernel lacks ``sch_netem``; run with
 the ROS 2 workspace sourced: ``sudo -E python3 bench/ros_two_hosts.py [--quick]``. The
@@ -75,60 +76,30 @@ def _spin_until_stopped(node) -> None:
 def receive_transitions() -> dict:
     """Learner host: count the transitions out of the learner's ingest path until stopped."""
     import rclpy
-
-    from async_rl_ros.core.transport.double_buffer import DoubleBuffer
-    from async_rl_ros.ros import qos
-    from async_rl_ros.ros.conversions import msg_to_batch
-    from async_rl_ros_interfaces.msg import TransitionBatch
-    from ros_transport import TOPIC_T
-
-    times: list[float] = []
-    counts = [0]
-
-    def preprocess(msg):
-        batch = msg_to_batch(msg, 21, 6)
-        counts[0] += len(batch['reward'])
-        times.append(time.perf_counter())
-        return batch
+    from ros_transport import IngestCounter
 
     rclpy.init()
-    buffer = DoubleBuffer(preprocess, max_raw=4096)
     node = rclpy.create_node('bench_learner')
-    node.create_subscription(TransitionBatch, TOPIC_T, buffer.put, qos.TRANSITIONS)
+    ingest = IngestCounter(node)
     _spin_until_stopped(node)
-    buffer.drain(5.0)
-    buffer.close()
+    rate = ingest.finish(BATCH)
     node.destroy_node()
     rclpy.try_shutdown()
-    rate = (counts[0] - BATCH) / (times[-1] - times[0]) if len(times) >= 2 else 0.0
-    return {'transitions_per_s': rate, 'batches': len(times)}
+    return {'transitions_per_s': rate, 'batches': len(ingest.times)}
 
 
 def receive_weights() -> dict:
-    """Worker host: assemble the weights, record send-to-assembled latency until stopped."""
+    """Worker host: receive the weights as a worker does, record send-to-assembled latency."""
     import rclpy
-
-    from async_rl_ros.core.weights.sharded_weights import ShardAssembler
-    from async_rl_ros.ros import qos
-    from async_rl_ros.ros.conversions import msg_to_shard_packet
-    from async_rl_ros_interfaces.msg import PolicyWeights
-    from ros_transport import TOPIC_W
+    from ros_transport import WeightsReceiver
 
     rclpy.init()
     node = rclpy.create_node('bench_worker_weights')
-    assembler = ShardAssembler()
-    assembled: list[float] = []
-
-    def on_weights(msg):
-        sent = msg.header.stamp.sec * 1e9 + msg.header.stamp.nanosec
-        if assembler.add(msg_to_shard_packet(msg)) is not None:
-            assembled.append((node.get_clock().now().nanoseconds - sent) / 1e6)
-
-    node.create_subscription(PolicyWeights, TOPIC_W, on_weights, qos.WEIGHTS)
+    weights = WeightsReceiver(node)
     _spin_until_stopped(node)
     node.destroy_node()
     rclpy.try_shutdown()
-    return {'latencies_ms': assembled}
+    return {'latencies_ms': weights.assembled}
 
 
 def end(role: str, seconds: float, count: int, rate_hz: float) -> None:
