@@ -29,6 +29,7 @@ import threading
 from typing import Any, Callable
 
 from async_rl_ros.core.workers.runtime import backend_call
+from async_rl_ros.ros.node_utils import apply_env_config
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.publisher import Publisher
 from rclpy.subscription import Subscription
@@ -70,6 +71,10 @@ class ArmNode(LifecycleNode):
         self.stop_event.set()
         if self.env is not None:
             backend_call(self.env, 'interrupt')
+
+    def on_env_config(self, section: Any, keys: tuple[str, ...]) -> None:
+        """Apply an accepted ``env_worker`` parameter change to the running environment."""
+        apply_env_config(self.get_logger(), self.env, section, keys)
 
     def stop_arm(self) -> None:
         """Stop the arm (a simulated one: nothing to do)."""

@@ -43,7 +43,7 @@ from async_rl_ros.core.workers.runtime import build_worker, WorkerRuntime
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
-from async_rl_ros.ros.node_utils import apply_env_config, LoggingAdapter, run_node
+from async_rl_ros.ros.node_utils import LoggingAdapter, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import PolicyWeights, TrainingStats, TransitionBatch, WorkerStatus
 import numpy as np
@@ -57,7 +57,7 @@ class EnvWorkerNode(ArmNode):
 
     def __init__(self, **kwargs):
         super().__init__('env_worker', **kwargs)
-        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self._on_config).section
+        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config).section
         self.transport = SectionParameters(self, RosTransportConfig, 'transport.',
                                            frozen=True).section
         self.worker_id = self.declare_parameter(
@@ -127,9 +127,6 @@ class EnvWorkerNode(ArmNode):
         """Release the topics and the environment."""
         super().release()
         self.runtime = None
-
-    def _on_config(self, section: EnvWorkerConfig, keys: tuple[str, ...]) -> None:
-        apply_env_config(self.get_logger(), self.env, section, keys)
 
     # ------------------------------------------------------------------ transport
     @staticmethod

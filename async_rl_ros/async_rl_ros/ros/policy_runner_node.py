@@ -33,7 +33,7 @@ from async_rl_ros.core.learning.learner import EpisodeTracker
 from async_rl_ros.core.workers.runtime import backend_call, build_env
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.arm_node import ArmNode
-from async_rl_ros.ros.node_utils import apply_env_config, run_node
+from async_rl_ros.ros.node_utils import run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import WorkerStatus
 import numpy as np
@@ -48,7 +48,7 @@ class PolicyRunnerNode(ArmNode):
 
     def __init__(self, **kwargs):
         super().__init__('policy_runner', **kwargs)
-        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self._on_config).section
+        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config).section
         self.policy_path = self.declare_parameter('policy_path', 'runs/async_rl/policy.pt', (
             ParameterDescriptor(description='TorchScript policy exported by the learner.',
                                 read_only=True))).value
@@ -66,9 +66,6 @@ class PolicyRunnerNode(ArmNode):
         self._lock = threading.Lock()
         self.status_pub = self.create_publisher(WorkerStatus, topics.POLICY_RUNNER_STATUS,
                                                 qos.STATUS)
-
-    def _on_config(self, section: EnvWorkerConfig, keys: tuple[str, ...]) -> None:
-        apply_env_config(self.get_logger(), self.env, section, keys)
 
     def build(self) -> bool:
         """Load the policy, then make and connect the environment."""
