@@ -281,10 +281,11 @@ def _launch_setup(context) -> list:
             entities += _lifecycle_worker(worker_id, params)
     if 'learner' in role:
         learner_params = dict(sections.get('learner', {}))
-        # the reach task's reward and goal layout, for hindsight relabeling in the learner
-        task = sections.get('env_worker', {}).get('task')
-        if task:
-            learner_params['task'] = dict(task)
+        # the reach task (hindsight relabeling) and the safety limits (the evaluator's arm)
+        for section in ('task', 'safety'):
+            values = sections.get('env_worker', {}).get(section)
+            if values:
+                learner_params[section] = dict(values)
         learner_params.update(transport_params, **learner_overrides)
         entities.append(Node(package=PACKAGE, executable='learner', name='learner',
                              parameters=[learner_params], output='screen'))

@@ -18,11 +18,14 @@ launch_testing (skipped without ROS 2): the whole training graph on this machine
 ``train.launch.py`` with two simulated workers, the learner and two parameter-server shards,
 on a small configuration: transitions flow from both workers, the weight version rises, the
 workers act with the new weights, a killed worker is respawned (and brought back to active
-by the launch file), ``/diagnostics`` reports every worker and shard, and every process
-exits cleanly on shutdown. Run after ``colcon build`` with the workspace sourced, e.g.
-``launch_test test/test_launch_train.py`` or ``colcon test --packages-select async_rl_ros``.
+by the launch file), ``/diagnostics`` reports every worker and shard, the learner's
+evaluator scores snapshots (``eval/success_rate`` topic), the exported policy is an evaluated
+one, and every process exits cleanly on shutdown. Run after ``colcon build`` with the
+workspace sourced, e.g. ``launch_test test/test_launch_train.py`` or ``colcon test
+--packages-select async_rl_ros``.
 """
 
+import json
 import os
 
 os.environ.setdefault('ROS_DOMAIN_ID', '62')
@@ -51,6 +54,7 @@ from launch.actions import IncludeLaunchDescription  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 import launch_testing.actions  # noqa: E402
 import launch_testing.asserts  # noqa: E402
+from std_msgs.msg import Float32  # noqa: E402
 import yaml  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -62,7 +66,7 @@ def _small_config(directory: str) -> str:
     """Write the shipped config with a small, fast learner; return its path."""
     tree = yaml.safe_load(CONFIG.read_text(encoding='utf-8'))
     learner = tree['learner']['ros__parameters']
-    learner.update(learning_starts=256, warmup_steps=256)
+    learner.update(learning_starts=256, warmup_steps=256, eval_every=300, eval_episodes=2)
     learner['sac']['hidden_sizes'] = [32, 32]
     learner['replay']['capacity'] = 50000
     learner['batch'].update(initial_batch=64, min_batch=32)
@@ -83,7 +87,8 @@ def generate_test_description():
         launch_arguments={'num_workers': '2', 'num_param_shards': '2', 'replicas': '1',
                           'device': 'cpu', 'log_dir': directory,
                           'config': _small_config(directory)}.items())
-    return LaunchDescription([train, launch_testing.actions.ReadyToTest()])
+    return LaunchDescription([train, launch_testing.actions.ReadyToTest()]), {
+        'log_dir': pathlib.Path(directory)}
 
 
 def _worker_pids(worker_id: int) -> list[int]:
@@ -110,6 +115,7 @@ class TestTraining(unittest.TestCase):
         cls.versions = []
         cls.status = {}
         cls.diagnostics = set()
+        cls.evaluated = []
         for worker in (0, 1):
             cls.node.create_subscription(
                 TransitionBatch, f'/worker_{worker}/{topics.TRANSITIONS}',
@@ -120,6 +126,9 @@ class TestTraining(unittest.TestCase):
         cls.node.create_subscription(WorkerStatus, topics.WORKER_STATUS,
                                      lambda msg: cls.status.__setitem__(msg.worker_id, msg),
                                      qos.STATUS)
+        cls.node.create_subscription(
+            Float32, topics.metric_topic('eval/success_rate'),
+            lambda msg: cls.evaluated.append(msg.data), qos.METRICS)
         cls.node.create_subscription(
             DiagnosticArray, topics.DIAGNOSTICS,
             lambda msg: cls.diagnostics.update(s.name for s in msg.status), qos.DIAGNOSTICS)
@@ -155,6 +164,9 @@ class TestTraining(unittest.TestCase):
                      'param_server: shard_0', 'param_server: shard_1',
                      'learner: training doctor'} <= self.diagnostics, 60),
             f'diagnostics: {sorted(self.diagnostics)}')
+        # The evaluator process scores snapshots while training goes on.
+        self.assertTrue(self._spin_until(lambda: self.evaluated, 180), 'no eval/success_rate')
+        self.assertTrue(all(0.0 <= rate <= 1.0 for rate in self.evaluated), self.evaluated)
 
         # Kill worker 1: the launch file respawns it and brings it back to active.
         pids = _worker_pids(1)
@@ -183,6 +195,12 @@ class TestTraining(unittest.TestCase):
 
 @launch_testing.post_shutdown_test()
 class TestShutdown(unittest.TestCase):
+
+    def test_the_exported_policy_is_an_evaluated_one(self, log_dir):
+        summary = json.loads((log_dir / 'summary.json').read_text(encoding='utf-8'))
+        self.assertGreaterEqual(summary['evaluations'], 1, summary)
+        self.assertIn('exported_policy_version', summary)
+        self.assertTrue((log_dir / 'policy.pt').is_file())
 
     def test_every_process_exits_cleanly(self, proc_info, proc_output):
         # SIGKILL (-9) is the test's own kill of worker 1; every other exit is clean.

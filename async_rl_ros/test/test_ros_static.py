@@ -77,8 +77,9 @@ def test_perspective_plots_metric_topics_and_monitors_diagnostics():
     for key, group in manager['groups'].items():
         if key.startswith('plugin__rqt_plot__Plot__'):
             plotted += ast.literal_eval(group['groups']['plugin']['keys']['topics']['repr'])
-    wanted = ['charts/episodic_return', 'charts/success_rate', 'losses/qf1_loss',
-              'charts/samples_per_s', 'charts/updates_per_s', 'charts/policy_lag_mean']
+    wanted = ['charts/episodic_return', 'charts/success_rate', 'eval/success_rate',
+              'losses/qf1_loss', 'charts/samples_per_s', 'charts/updates_per_s',
+              'charts/policy_lag_mean']
     for name in wanted:
         assert topics.metric_topic(name) + '/data' in plotted, name
 

@@ -39,9 +39,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.core.learning.resume import resume_learner
-from async_rl_ros.core.records import PolicyState
-from async_rl_ros.core.workers.inline import (EVAL_SEED, HELD_OUT_SEED, InlineWorker,
-                                              PolicyEvaluator)
+from async_rl_ros.core.workers.inline import final_evaluation, InlineWorker, PolicyEvaluator
 from async_rl_ros.core.workers.runtime import build_worker
 from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.local.lifecycle import restore_last_good, stop_scope, StopRequest
@@ -152,14 +150,11 @@ class LocalRun:
     def finish(self, eval_episodes: int, extra: dict[str, Any]
                ) -> tuple[RunResult, EpisodeStats]:
         """Score the last policy, export the best, evaluate it on held-out episodes."""
-        def evaluate(state: PolicyState, held_out: bool) -> EpisodeStats:
-            return PolicyEvaluator(self.eval_env, self.cfg.sac.hidden_sizes, eval_episodes,
-                                   seed=HELD_OUT_SEED if held_out else EVAL_SEED).score(state)
-
         extra = {'mode': self.mode, **extra}
         extra.update(self.source.summary())  # workers, weights received
         run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
-                         evaluate=evaluate, extra=extra)
+                         evaluate=final_evaluation(self.eval_env, self.cfg.sac.hidden_sizes,
+                                                   eval_episodes), extra=extra)
         return run, run.evaluation or EpisodeStats()
 
     def close(self) -> None:

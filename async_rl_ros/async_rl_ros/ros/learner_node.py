@@ -32,6 +32,12 @@ and TensorBoard; ``/diagnostics`` carries the training doctor, the ingest counte
 the health and policy lag of every worker and the version of every shard. With
 ``transport.warm_start_bag`` the replay buffer starts filled from a ``ros2 bag record`` of
 transition topics (:mod:`.bag_reader`); those transitions are no env steps of this run.
+
+Evaluation as in the local runner: every ``eval_every`` env steps a policy snapshot goes to an
+evaluator process (simulated arm, ``task.*`` and ``safety.*`` of the workers, fixed seeds) that
+never stops training; its scores are ``eval/*`` metrics (TensorBoard and topics), and the
+exported ``policy.pt`` is the best evaluated policy. At the budget's end the last policy is
+scored too and the exported one is judged on held-out episodes (``summary.json``).
 """
 
 from __future__ import annotations
@@ -42,8 +48,8 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import (ConfigError, LearnerConfig, ReachTaskConfig,
-                                      RosTransportConfig)
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
+                                      ReachTaskConfig, RosTransportConfig, SafetyConfig)
 from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
@@ -56,7 +62,10 @@ from async_rl_ros.core.transport.duplicates import RecentKeys
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
+from async_rl_ros.core.workers.inline import final_evaluation
+from async_rl_ros.envs.reach_env import make_reach_env
 from async_rl_ros.envs.reach_task import reach_goal_spec
+from async_rl_ros.local.evaluator import EvaluatorProcess
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.bag_reader import BagError, BagStats, read_transition_bag, TRANSITION_TYPE
 from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
@@ -82,7 +91,8 @@ IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
 TOPIC_METRICS = ('charts/samples_per_s', 'charts/updates_per_s', 'charts/episodic_return',
                  'charts/success_rate', 'charts/policy_lag_mean', 'charts/policy_lag_max',
                  'transport/dropped_batches', 'transport/rejected_batches',
-                 'transport/rejected_weights', 'transport/workers')
+                 'transport/rejected_weights', 'transport/workers', 'eval/success_rate',
+                 'eval/final_distance')
 
 
 class LearnerNode(Node):
@@ -107,6 +117,11 @@ class LearnerNode(Node):
         task = SectionParameters(self, ReachTaskConfig, 'task.', frozen=True).section
         self.learner = Learner(self.cfg, self.obs_dim, self.act_dim,
                                goal_spec=reach_goal_spec(task))
+        # The evaluator's simulated arm: the workers' task and safety limits.
+        safety = SectionParameters(self, SafetyConfig, 'safety.', frozen=True).section
+        self.eval_env_cfg = EnvWorkerConfig().replace(
+            **{f'task.{k}': v for k, v in task.to_flat().items()},
+            **{f'safety.{k}': v for k, v in safety.to_flat().items()})
         if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
             found = resume_learner(self.learner)
             for path, why in found.skipped:
@@ -154,9 +169,13 @@ class LearnerNode(Node):
         self.create_timer(1.0 / self.transport.metrics_hz, self._publish_metrics)
         self.create_timer(1.0 / self.transport.diagnostics_hz, self._publish_diagnostics)
         self._stop = threading.Event()
+        self.evaluator = (EvaluatorProcess(self.eval_env_cfg, self.cfg.sac.hidden_sizes,
+                                           self.cfg.eval_episodes)
+                          if self.cfg.eval_every else None)
         self.loop = TrainingLoop(self.learner, self, self,
                                  commit_every=self.transport.parameter_server.commit_every,
-                                 logger=self.tb, stats_interval_s=1.0 / self.transport.metrics_hz)
+                                 logger=self.tb, stats_interval_s=1.0 / self.transport.metrics_hz,
+                                 evaluator=self.evaluator)
         self._thread = threading.Thread(target=self._train, name='training', daemon=True)
         self._thread.start()
         self.get_logger().info(
@@ -308,12 +327,17 @@ class LearnerNode(Node):
     def _finish(self) -> None:
         """Training budget reached: final commit, checkpoint, policy and summary.json."""
         self.loop.commit()
-        self.save()
+        self.save(evaluate=True)
         self.get_logger().info(f'training budget of {self.cfg.total_env_steps} env steps '
                                f'reached; policy exported to {self.log_dir / "policy.pt"}')
 
-    def save(self) -> None:
-        """Write the checkpoint, the TorchScript policy, the curve and ``summary.json``."""
+    def save(self, evaluate: bool = False) -> None:
+        """
+        Write the checkpoint, the TorchScript policy, the curve and ``summary.json``.
+
+        :param evaluate: score the last policy and judge the exported one on held-out
+            episodes (at the budget's end; a shutdown exports the best evaluated one at once).
+        """
         with self._lock:
             workers = len(self.workers)
             received = [status_to_receiver_stats(w['status']) for w in self.workers.values()
@@ -326,7 +350,14 @@ class LearnerNode(Node):
         if self.warm_start:
             extra['warm_start'] = self.warm_start
         extra.update(weights_summary(received, self.committer.fp32_bytes))
-        finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2', extra=extra)
+        env = make_reach_env(self.eval_env_cfg) if evaluate else None
+        try:
+            finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2', extra=extra,
+                       evaluate=final_evaluation(env, self.cfg.sac.hidden_sizes,
+                                                 self.cfg.eval_episodes) if env else None)
+        finally:
+            if env is not None:
+                env.close()
         self.finished = True
 
     # ------------------------------------------------------------------ status in
@@ -381,6 +412,10 @@ class LearnerNode(Node):
             out['charts/episodic_return'] = sum(r * n for r, n in returns) / total
         if statuses:
             out['charts/success_rate'] = float(np.mean([s.success_rate for s in statuses]))
+        if self.loop.evaluations:  # the evaluator's latest score
+            latest = self.loop.evaluations[-1].stats
+            out['eval/success_rate'] = float(latest.success_rate)
+            out['eval/final_distance'] = float(latest.mean_final_distance)
         out['charts/policy_lag_mean'] = float(np.mean(lags)) if lags else 0.0
         out['charts/policy_lag_max'] = float(max(lags)) if lags else 0.0
         out['transport/dropped_batches'] = float(self.buffer.dropped)
@@ -433,6 +468,8 @@ class LearnerNode(Node):
         self._stop.set()
         self._thread.join(timeout=30.0)
         self.buffer.close()
+        if self.evaluator is not None:
+            self.evaluator.close()
         if self.finished:
             return  # the budget's end wrote everything
         try:

@@ -28,7 +28,7 @@ own so that evaluation never stops the learner.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
 from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
@@ -38,7 +38,7 @@ from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.receiver import InProcessWeightPath, weights_summary
 from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
 
-__all__ = ['InlineWorker', 'PolicyEvaluator', 'EVAL_SEED', 'HELD_OUT_SEED']
+__all__ = ['InlineWorker', 'PolicyEvaluator', 'final_evaluation', 'EVAL_SEED', 'HELD_OUT_SEED']
 
 #: first reset seed of every evaluation: each snapshot is scored on the same episodes
 EVAL_SEED = 1_000_000
@@ -130,3 +130,21 @@ class PolicyEvaluator:
         """Return the scores since the last call."""
         out, self._done = self._done, []
         return out
+
+
+def final_evaluation(env: Any, hidden: Sequence[int], episodes: int
+                     ) -> Callable[[PolicyState, bool], EpisodeStats]:
+    """
+    Return the final evaluation ``evaluate(state, held_out)`` that ``finish_run`` takes.
+
+    ``held_out=False`` scores on the evaluator's episodes (:data:`EVAL_SEED`), ``True`` on
+    episodes no snapshot was chosen by (:data:`HELD_OUT_SEED`); every runner ends this way.
+
+    :param env: the evaluation environment (a simulated arm).
+    :param hidden: hidden layer widths of the actor.
+    :param episodes: episodes per evaluation.
+    """
+    def evaluate(state: PolicyState, held_out: bool) -> EpisodeStats:
+        return PolicyEvaluator(env, hidden, episodes,
+                               seed=HELD_OUT_SEED if held_out else EVAL_SEED).score(state)
+    return evaluate

@@ -1,0 +1,58 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The benches still run against the package's API (tiny budgets: smoke tests, not figures)."""
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / 'bench'
+SCRIPTS = sorted(BENCH.glob('*.py')) if BENCH.is_dir() else []
+
+pytestmark = pytest.mark.skipif(not SCRIPTS, reason='bench/ is not beside the package')
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f'bench_{name}', BENCH / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize('script', SCRIPTS, ids=lambda p: p.stem)
+def test_every_bench_has_a_quick_mode(script):
+    out = subprocess.run([sys.executable, str(script), '--help'], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert '--quick' in out.stdout
+
+
+def test_sample_efficiency_trains_and_scores_marks():
+    bench = _load('sample_efficiency')
+    result = bench.run_ours(0, 120, [60, 120])
+    assert sorted(result['curve']) == [60, 120]
+    assert all(0.0 <= rate <= 1.0 for rate in result['curve'].values())
+    assert result['seconds'][60] <= result['seconds'][120]
+
+
+def test_time_to_success_drives_the_local_runner():
+    bench = _load('time_to_success')
+    snapshots = bench.run_runner('async', 1, budget_s=3.0, snapshot_s=1.0)
+    assert isinstance(snapshots, list)   # warm-up lasts longer than 3 s: no update, no snapshot
+    reached, curve = bench.time_to([], 0.95, 1, lambda policy: policy)
+    assert reached is None and curve == []
