@@ -235,3 +235,25 @@ def test_the_plotted_metric_topics_exist_before_any_training(context, tmp_path):
         probe.destroy_node()
         learner.close()
         learner.destroy_node()
+
+
+def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
+        context, tmp_path):
+    """At the budget's end the ROS learner ends a run as the local runner does."""
+    learner = LearnerNode(parameter_overrides=[
+        Parameter('log_dir', value=str(tmp_path)), Parameter('eval_episodes', value=2),
+        Parameter('checkpoint.directory', value=str(tmp_path / 'checkpoints')),
+        Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16])])
+    try:
+        assert learner.evaluator is not None and learner.evaluator.process.is_alive()
+        learner.save(evaluate=True)
+    finally:
+        learner.close()
+        learner.destroy_node()
+    assert not learner.evaluator.process.is_alive()
+    summary = json.loads((tmp_path / 'summary.json').read_text(encoding='utf-8'))
+    assert summary['evaluations'] == 1          # the last policy, scored at the end
+    assert summary['eval_episodes'] == 2        # the exported one, on held-out episodes
+    assert 0.0 <= summary['eval_success_rate'] <= 1.0
+    assert 'last_policy_success_rate' in summary and 'exported_policy_version' in summary
+    assert (tmp_path / 'policy.pt').is_file()

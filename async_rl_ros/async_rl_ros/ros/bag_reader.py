@@ -32,14 +32,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator, TYPE_CHECKING
 
+from async_rl_ros.core.config import ConfigError
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.ros.conversions import msg_to_batch
 import numpy as np
 import yaml
 
-__all__ = ['TRANSITION_TYPE', 'BagError', 'BagStats', 'check_bag', 'read_transition_bag']
+if TYPE_CHECKING:  # the launch file checks recordings without loading torch
+    from async_rl_ros.core.learning.learner import Learner
+
+__all__ = ['TRANSITION_TYPE', 'BagError', 'BagStats', 'check_bag', 'read_transition_bag',
+           'warm_start']
 
 TRANSITION_TYPE = 'async_rl_ros_interfaces/msg/TransitionBatch'
 
@@ -161,3 +167,51 @@ def read_transition_bag(path: str | os.PathLike, obs_dim: int | None = None,
             continue
         stats.transitions += len(batch['reward'])
         yield batch
+
+
+def warm_start(learner: 'Learner', path: str, log: Callable[[str], Any]) -> dict[str, Any]:
+    """
+    Fill a learner's replay buffer from a recording before any worker data; return the figures.
+
+    The recorded transitions are no env steps of this run (``Learner.ingest(...,
+    recorded=True)``): updates may start at once (``learning_starts`` is met), the budget,
+    the warm-up and the workers' rate limit count this run's own steps. A recording that
+    cannot be used (missing, unreadable, no ``TransitionBatch`` topic, every batch
+    rejected) is a :class:`ConfigError` of ``transport.warm_start_bag``: the learner does not
+    start cold instead.
+
+    :param learner: the learner (its observation and action widths check the batches).
+    :param path: ``transport.warm_start_bag``; empty: nothing to load, ``{}`` returned.
+    :param log: where the one-line report goes (the node's logger).
+    :returns: the ``warm_start`` entry of ``summary.json`` (``{}`` if nothing was loaded).
+    """
+    if not path:
+        return {}
+    if len(learner.replay):  # resumed with its replay buffer, the bag's data in it
+        log(f'warm start from {path} skipped: the resumed replay buffer holds '
+            f'{len(learner.replay)} transitions')
+        return {}
+    start = time.monotonic()
+    stats = BagStats()
+    stored = 0
+    try:
+        for batch in read_transition_bag(path, learner.obs_dim, learner.act_dim, stats):
+            stored += learner.ingest(batch, recorded=True)
+    except BagError as exc:
+        raise ConfigError('transport.warm_start_bag', path,
+                          f'a rosbag2 recording of TransitionBatch topics: {exc}') from None
+    rejected = ', '.join(f'{n} {reason}' for reason, n in sorted(stats.rejected.items()))
+    if not stored:
+        raise ConfigError('transport.warm_start_bag', path,
+                          f'a recording of transitions with obs_dim {learner.obs_dim}, act_dim '
+                          f'{learner.act_dim}: none of its {stats.messages} batches fits '
+                          f'({rejected or "no finite transition"})')
+    figures = {'bag': str(path), 'messages': stats.messages, 'transitions': stored,
+               'rejected_batches': sum(stats.rejected.values()),
+               'seconds': round(time.monotonic() - start, 3)}
+    log(f'warm start: {stored} transitions from {stats.messages} messages on '
+        f'{len(stats.topics)} topics of {path} ({stats.storage}) in {figures["seconds"]:.2f} s, '
+        f'{figures["rejected_batches"]} batches rejected{f" ({rejected})" if rejected else ""}; '
+        f'the replay buffer holds {len(learner.replay)} (hindsight copies included), learning '
+        f'starts {"at once" if learner.ready() else "when it holds enough"}')
+    return figures

@@ -48,8 +48,8 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
-                                      ReachTaskConfig, RosTransportConfig, SafetyConfig)
+from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, ReachTaskConfig,
+                                      RosTransportConfig, SafetyConfig)
 from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
@@ -67,7 +67,7 @@ from async_rl_ros.envs.reach_env import make_reach_env
 from async_rl_ros.envs.reach_task import reach_goal_spec
 from async_rl_ros.local.evaluator import EvaluatorProcess
 from async_rl_ros.ros import qos, topics
-from async_rl_ros.ros.bag_reader import BagError, BagStats, read_transition_bag, TRANSITION_TYPE
+from async_rl_ros.ros.bag_reader import TRANSITION_TYPE, warm_start
 from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
                                           status_to_receiver_stats)
 from async_rl_ros.ros.diagnostics import LearnerDiagnostics
@@ -128,8 +128,9 @@ class LearnerNode(Node):
                 self.get_logger().warning(f'checkpoint {path} skipped: {why}')
             self.get_logger().info(f'resumed from {found.path} at {self.learner.env_steps} '
                                    'env steps')
-        self.warm_start: dict[str, Any] = {}  # what _warm_start loaded (summary.json)
-        self._warm_start()
+        # transport.warm_start_bag: what was loaded (summary.json); a bad recording stops here
+        self.warm_start = warm_start(self.learner, self.transport.warm_start_bag,
+                                     self.get_logger().info)
         self.committer = ShardedCommitter(self.transport.parameter_server,
                                           self.learner.policy_state())
         self.log_dir = pathlib.Path(self.cfg.log_dir)
@@ -183,51 +184,6 @@ class LearnerNode(Node):
             f'shards, commit every {self.transport.parameter_server.commit_every} updates')
 
     # ------------------------------------------------------------------ data in
-    def _warm_start(self) -> None:
-        """
-        Fill the replay buffer from ``transport.warm_start_bag`` before any worker data.
-
-        The recorded transitions are no env steps of this run (``Learner.ingest(...,
-        recorded=True)``): updates may start at once (``learning_starts`` is met), the budget,
-        the warm-up and the workers' rate limit count this run's own steps. A recording that
-        cannot be used (missing, unreadable, no ``TransitionBatch`` topic, every batch
-        rejected) is a :class:`ConfigError`: the learner does not start cold instead.
-        """
-        path = self.transport.warm_start_bag
-        if not path:
-            return
-        if len(self.learner.replay):  # resumed with its replay buffer, the bag's data in it
-            self.get_logger().info(f'warm start from {path} skipped: the resumed replay buffer '
-                                   f'holds {len(self.learner.replay)} transitions')
-            return
-        start = time.monotonic()
-        stats = BagStats()
-        stored = 0
-        try:
-            for batch in read_transition_bag(path, self.obs_dim, self.act_dim, stats):
-                # with its source: real data can weigh more
-                stored += self.learner.ingest(batch, recorded=True)
-        except BagError as exc:
-            raise ConfigError('transport.warm_start_bag', path,
-                              f'a rosbag2 recording of TransitionBatch topics: {exc}') from None
-        rejected = ', '.join(f'{n} {reason}' for reason, n in sorted(stats.rejected.items()))
-        if not stored:
-            raise ConfigError('transport.warm_start_bag', path,
-                              f'a recording of transitions with obs_dim {self.obs_dim}, act_dim '
-                              f'{self.act_dim}: none of its {stats.messages} batches fits '
-                              f'({rejected or "no finite transition"})')
-        self.warm_start = {'bag': str(path), 'messages': stats.messages,
-                           'transitions': stored,
-                           'rejected_batches': sum(stats.rejected.values()),
-                           'seconds': round(time.monotonic() - start, 3)}
-        self.get_logger().info(
-            f'warm start: {stored} transitions from {stats.messages} messages on '
-            f'{len(stats.topics)} topics of {path} ({stats.storage}) in '
-            f'{self.warm_start["seconds"]:.2f} s, {sum(stats.rejected.values())} batches '
-            f'rejected{f" ({rejected})" if rejected else ""}; the replay buffer holds '
-            f'{len(self.learner.replay)} (hindsight copies included), learning starts '
-            f'{"at once" if self.learner.ready() else "when it holds enough"}')
-
     def _discover(self) -> None:
         for name, types in self.get_topic_names_and_types():
             if (name.endswith('/' + topics.TRANSITIONS) and TRANSITION_TYPE in types
