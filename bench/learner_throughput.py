@@ -13,13 +13,15 @@
 # limitations under the License.
 
 """
-Measure SAC learner throughput: ``SAC.update()`` calls per second at several batch sizes.
+Measure SAC learner throughput: updates per second at several batch sizes, shipped settings.
 
-The networks are those of the reach task (observation 21, action 6, hidden 256x2). Column
-``update`` times updates on a synthetic batch already on the device (no replay sampling).
-Column ``sample+update`` also draws each batch from a filled prioritized
-``async_rl_ros.core.learning.replay.ReplayBuffer``, moves it to the device and writes the priorities
-back, i.e. the learner's whole inner loop; it is left out when that module cannot be used.
+The learner is the one ``config/train.yaml`` ships (its ``learner`` section: network sizes,
+layer-norm and dropout critics, prioritized replay, hindsight relabeling), on the reach task's
+shapes (observation 21, action 6). Column ``update`` times ``SAC.update()`` on a synthetic
+batch already on the device (the optimizer steps alone). Column ``learner step`` times
+``Learner.train_step()``, what the training loop calls: sampling from a filled prioritized
+replay buffer (real and relabeled transitions), normalization, the move to the device, the
+update, the priorities written back and the training doctor's checks.
 
 The last line printed is one JSON object, ``{"updates_per_s_b256": ..., ...}``.
 
@@ -39,7 +41,11 @@ import json
 import time
 from typing import Callable
 
+from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, load_node_config
 from async_rl_ros.core.learning import sac as sac_lib
+from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.envs.reach_task import reach_goal_spec
+from async_rl_ros.local.cli import default_config_path
 
 import numpy as np
 
@@ -47,8 +53,14 @@ import torch
 
 OBS_DIM = 21
 ACT_DIM = 6
-HIDDEN = [256, 256]
+EPISODE = 100  # steps per episode (4 s at 25 Hz), for the relabeling
 
+
+def shipped(device: torch.device, compile_mode: str, batch: int) -> LearnerConfig:
+    """Return the shipped ``learner`` section with a device, a compile mode and a batch size."""
+    return load_node_config(default_config_path(), 'learner', LearnerConfig, {
+        'sac.device': device.type, 'sac.compile': compile_mode, 'batch.initial_batch': batch,
+        'checkpoint.interval_steps': 0, 'checkpoint.directory': '/tmp/async_rl_bench_lt'})
 
 def synthetic_batch(size: int, device: torch.device, seed: int = 0) -> dict[str, torch.Tensor]:
     """
@@ -88,72 +100,43 @@ def rate(step: Callable[[], None], seconds: float, warmup: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-def make_sac(device: torch.device, compile_mode: str, guard: bool) -> sac_lib.SAC:
+def make_sac(cfg: LearnerConfig, guard: bool) -> sac_lib.SAC:
     """
-    Build the SAC of the reach task.
+    Build the shipped SAC of the reach task.
 
-    :param device: learner device.
-    :param compile_mode: ``SACConfig.compile``.
+    :param cfg: the learner section.
     :param guard: keep the default finite-step guard (one extra sync per optimizer step).
-    :returns: a fresh learner.
+    :returns: a fresh SAC.
     """
-    cfg = sac_lib.SACConfig.from_flat({'device': device.type, 'compile': compile_mode,
-                                       'hidden_sizes': HIDDEN})
-    sac = sac_lib.SAC(OBS_DIM, ACT_DIM, cfg)
+    sac = sac_lib.SAC(OBS_DIM, ACT_DIM, cfg.sac)
     if not guard:
         sac.guard = None
     return sac
 
 
-def make_replay(capacity: int) -> object | None:
+def make_learner(cfg: LearnerConfig, transitions: int) -> Learner:
     """
-    Fill a prioritized replay buffer with random reach-task transitions.
+    Return the shipped learner with ``transitions`` random reach-task transitions ingested.
 
-    :param capacity: transitions stored.
-    :returns: the buffer, or ``None`` (with a note) when the replay module is unusable.
+    Whole episodes go in, so the replay also holds their hindsight-relabeled copies.
+
+    :param cfg: the learner section.
+    :param transitions: env steps ingested (a multiple of the episode length).
     """
-    try:
-        from async_rl_ros.core.learning.replay import ReplayBuffer, ReplayConfig
-        replay = ReplayBuffer(ReplayConfig.from_flat({'capacity': capacity}), OBS_DIM, ACT_DIM)
-        rng = np.random.default_rng(0)
-        chunk = min(capacity, 50_000)
-        for start in range(0, capacity, chunk):
-            n = min(chunk, capacity - start)
-            replay.extend({
-                'obs': rng.standard_normal((n, OBS_DIM), dtype=np.float32),
-                'action': rng.uniform(-1, 1, (n, ACT_DIM)).astype(np.float32),
-                'reward': -rng.random(n, dtype=np.float32),
-                'next_obs': rng.standard_normal((n, OBS_DIM), dtype=np.float32),
-                'terminated': rng.random(n) < 0.01,
-                'truncated': np.zeros(n, dtype=bool),
-                'policy_version': np.zeros(n, dtype=np.int64),
-                'worker_id': np.zeros(n, dtype=np.int32)})
-        return replay
-    except Exception as exc:  # noqa: B902 -- the module is written concurrently; skip it
-        print(f'replay column skipped: {type(exc).__name__}: {exc}')
-        return None
-
-
-def replay_step(sac: sac_lib.SAC, replay: object, size: int) -> Callable[[], None]:
-    """
-    Return one learner iteration: sample, move to the device, update, write priorities back.
-
-    :param sac: the learner.
-    :param replay: a filled ``ReplayBuffer``.
-    :param size: batch size.
-    :returns: the iteration.
-    """
-    keys = ('obs', 'action', 'reward', 'next_obs', 'terminated')
-
-    def step() -> None:
-        indices, arrays, info = replay.sample(size, learner_version=sac.num_updates)
-        batch = {k: torch.from_numpy(np.asarray(arrays[k], dtype=np.float32)).to(
-            sac.device, non_blocking=True) for k in keys}
-        weights = torch.from_numpy(info['weights']).to(sac.device, non_blocking=True)
-        _, td_abs = sac.update(batch, weights)
-        replay.update_priority(indices, td_abs, info['insert_ids'])
-
-    return step
+    goal = reach_goal_spec(EnvWorkerConfig().task)
+    learner = Learner(cfg, OBS_DIM, ACT_DIM, goal_spec=goal)
+    rng = np.random.default_rng(0)
+    for episode in range(max(1, transitions // EPISODE)):
+        obs = rng.standard_normal((EPISODE + 1, OBS_DIM), dtype=np.float32)
+        learner.ingest({
+            'obs': obs[:-1], 'next_obs': obs[1:],
+            'action': rng.uniform(-1, 1, (EPISODE, ACT_DIM)).astype(np.float32),
+            'reward': -rng.random(EPISODE, dtype=np.float32),
+            'terminated': np.zeros(EPISODE, dtype=bool),
+            'truncated': np.arange(EPISODE) == EPISODE - 1,
+            'policy_version': np.zeros(EPISODE, dtype=np.int64),
+            'worker_id': np.zeros(EPISODE, dtype=np.int32)})
+    return learner
 
 
 def main(argv: list[str] | None = None) -> dict[str, float | None]:
@@ -167,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     parser.add_argument('--quick', action='store_true', help='short run (< 1 minute)')
     parser.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'))
     parser.add_argument('--compile', default='off', choices=('off', 'auto', 'on'),
-                        help='SACConfig.compile (CUDA only)')
+                        help='sac.compile (CUDA only)')
     parser.add_argument('--batch-sizes', type=int, nargs='+', default=[256, 512, 1024])
     parser.add_argument('--seconds', type=float, default=None,
                         help='timed seconds per cell (default 2.5 with --quick, else 10)')
@@ -175,7 +158,8 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
                         help='torch CPU threads (0: leave torch default)')
     parser.add_argument('--no-guard', action='store_true',
                         help='drop the finite-step guard (saves a sync per optimizer step)')
-    parser.add_argument('--no-replay', action='store_true', help='skip the replay column')
+    parser.add_argument('--no-learner', action='store_true',
+                        help='skip the learner-step column')
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -183,25 +167,31 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     device = sac_lib.resolve_device(args.device)
     seconds = args.seconds if args.seconds is not None else (2.5 if args.quick else 10.0)
     warmup = 30 if device.type == 'cuda' else 3
-    replay = None if args.no_replay else make_replay(50_000 if args.quick else 500_000)
+    transitions = 10_000 if args.quick else 100_000
 
+    hidden = shipped(device, args.compile, 256).sac.hidden_sizes
     print(f'device={device} threads={torch.get_num_threads()} compile={args.compile} '
-          f'guard={not args.no_guard} hidden={HIDDEN} seconds/cell={seconds:g}')
-    print(f'{"batch":>6} | {"update/s":>10} | {"samples/s":>10} | {"sample+update/s":>15}')
+          f'guard={not args.no_guard} hidden={hidden} seconds/cell={seconds:g} '
+          f'replay={transitions} env steps (+ relabeled copies)')
+    print(f'{"batch":>6} | {"update/s":>10} | {"samples/s":>10} | {"learner step/s":>15}')
     summary: dict[str, float | None] = {}
     for size in args.batch_sizes:
-        sac = make_sac(device, args.compile, not args.no_guard)
+        cfg = shipped(device, args.compile, size)
+        sac = make_sac(cfg, not args.no_guard)
         batch = synthetic_batch(size, device)
         ups = rate(lambda: sac.update(batch), seconds, warmup)
         summary[f'updates_per_s_b{size}'] = round(ups, 2)
-        with_replay = None
-        if replay is not None:
-            sac = make_sac(device, args.compile, not args.no_guard)
-            with_replay = rate(replay_step(sac, replay, size), seconds, warmup)
-            summary[f'updates_with_replay_per_s_b{size}'] = round(with_replay, 2)
-        cell = f'{with_replay:15.1f}' if with_replay is not None else f'{"n/a":>15}'
+        steps = None
+        if not args.no_learner:
+            learner = make_learner(cfg, transitions)
+            if args.no_guard:
+                learner.sac.guard = None
+            steps = rate(learner.train_step, seconds, warmup)
+            summary[f'learner_steps_per_s_b{size}'] = round(steps, 2)
+        cell = f'{steps:15.1f}' if steps is not None else f'{"-":>15}'
         print(f'{size:>6} | {ups:10.1f} | {ups * size:10.0f} | {cell}')
     summary['device'] = str(device)
+    summary['hidden_sizes'] = list(hidden)
     print(json.dumps(summary))
     return summary
 

@@ -179,8 +179,14 @@ def main() -> None:
     # Longest runs first, so that the pool's last round is not one long run on one core.
     jobs = sorted(((impl, seed, budgets[impl], [m for m in marks if m <= budgets[impl]])
                    for impl in impls for seed in args.seeds), key=lambda job: -job[2])
+    results = []
     with mp.get_context('spawn').Pool(args.jobs) as pool:
-        results = pool.map(_job, jobs, chunksize=1)
+        for r in pool.imap_unordered(_job, jobs, chunksize=1):  # a line per finished run
+            results.append(r)
+            print(f'[{len(results)}/{len(jobs)}] {r["impl"]} seed {r["seed"]}: to 95 % '
+                  f'{r["steps_to_95"]}, stays >= 90 %: {r["stays_90"]}, curve '
+                  + ' '.join(f'{r["curve"][m]:.2f}' for m in sorted(r['curve'])), flush=True)
+    results.sort(key=lambda r: (r['impl'] != 'async_rl_ros', r['seed']))
 
     print(f'\nUR5 reach, single-process SAC, {budgets} env steps, seeds {args.seeds}')
     print(f'deterministic success rate ({EVAL_EPISODES} episodes) at env steps; first step at '
