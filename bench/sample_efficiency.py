@@ -24,9 +24,10 @@ rate 3e-4, automatic temperature, one update per step).
 
 Every ``--eval-every`` env steps the deterministic policy is evaluated on the same 40
 episodes (fixed seed; with 20, a policy that succeeds 95 % of the time scores below 90 % at
-one mark in 13, so "stays >= 90 %" would judge the evaluation's noise). Reported per run: the success rate at those marks, the env steps and
-training seconds (evaluations excluded) to the first mark at >= 95 %, and whether every later
-mark stays >= 90 %.
+one mark in 13, so "stays >= 90 %" would judge the evaluation's noise; with 40, one in 21).
+Reported per run: the success rate at those marks, the env steps and training seconds
+(evaluations excluded) to the first mark at >= 95 %, and whether every later mark stays
+>= 90 %.
 
 ``--sb3-steps`` gives SB3 a shorter budget (its runs are the slow part of the bench); its
 steps to 95 % then read "not within that budget".

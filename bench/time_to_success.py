@@ -18,10 +18,11 @@ Wall-clock time to 95 % success on the UR5 reach task: async, sync and Stable-Ba
 Each setting trains alone on the machine (one after the other): async and sync as
 ``async-rl-train`` runs them (shipped defaults, their evaluator process included) for at most
 ``--budget-s``, SB3 SAC (its defaults, torch threads on every core) for at most
-``--sb3-budget-s`` (default three times as long, so that a "3x faster" can be seen). Evaluation must not stop the clock it measures, so training only
-snapshots the policy every ``--snapshot-s`` seconds (a copy of the actor, milliseconds); after
-training, every snapshot is evaluated on the same episodes with the deterministic policy, and
-the time to success is the wall-clock time of the first snapshot reaching the threshold.
+``--sb3-budget-s`` (default three times as long, so that a "3x faster" can be seen).
+Evaluation must not stop the clock it measures, so training only snapshots the policy every
+``--snapshot-s`` seconds (a copy of the actor, milliseconds); after training, every snapshot
+is evaluated on the same episodes with the deterministic policy, and the time to success is
+the wall-clock time of the first snapshot reaching the threshold.
 
 Usage: ``python bench/time_to_success.py [--quick] [--workers W] [--budget-s S]
 [--sb3-budget-s S]``; the last line is a JSON summary (``null`` where a setting did not reach
