@@ -29,11 +29,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'mlp', 'Actor', 'PolicyForExport', 'EnsembleLinear',
-           'EnsembleLayerNorm', 'TwinQ']
+__all__ = ['LOG_STD_MIN', 'LOG_STD_MAX', 'NO_CLIP', 'mlp', 'Actor', 'PolicyForExport',
+           'EnsembleLinear', 'EnsembleLayerNorm', 'TwinQ']
 
 LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
+#: ``obs_clip`` of a :class:`PolicyForExport` without a bound: the largest float32.
+NO_CLIP = float(torch.finfo(torch.float32).max)
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
 
@@ -165,8 +167,11 @@ class PolicyForExport(nn.Module):
         self.mean_head = nn.Linear(hidden[-1] if hidden else obs_dim, act_dim)
         self.register_buffer('obs_mean', torch.zeros(obs_dim))
         self.register_buffer('obs_std', torch.ones(obs_dim))
-        # Bound on the normalized observation (as a normalizer with clipping applies it).
-        self.register_buffer('obs_clip', torch.tensor(float('inf')))
+        # Bound on the normalized observation (as a normalizer with clipping applies it). No
+        # bound is the largest float32, not inf: every saved weight stays finite, so a
+        # checkpoint holding this module (the doctor's reference policy) passes the check
+        # that refuses non-finite weights on resume.
+        self.register_buffer('obs_clip', torch.tensor(NO_CLIP))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """
@@ -201,7 +206,7 @@ class PolicyForExport(nn.Module):
 
         :param obs_mean: mean of shape ``(obs_dim,)``.
         :param obs_std: strictly positive scale of shape ``(obs_dim,)``.
-        :param obs_clip: bound applied to the normalized observation (``inf``: none).
+        :param obs_clip: bound applied to the normalized observation (:data:`NO_CLIP`: none).
         """
         with torch.no_grad():
             if obs_mean is not None:
