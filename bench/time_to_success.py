@@ -25,7 +25,7 @@ is evaluated on the same episodes with the deterministic policy, and the time to
 the wall-clock time of the first snapshot reaching the threshold.
 
 Usage: ``python bench/time_to_success.py [--quick] [--workers W] [--budget-s S]
-[--sb3-budget-s S]``; the last line is a JSON summary (``null`` where a setting did not reach
+[--sb3-budget-s S] [--seed N]``; the last line is a JSON summary (``null`` where a setting did not reach
 the threshold in its budget; ``speedup_vs_sb3_at_least`` then bounds the speed-up by SB3's
 budget).
 """
@@ -52,25 +52,25 @@ def _success(act, episodes: int) -> float:
         env.close()
 
 
-def _configs(budget_steps: int):
+def _configs(budget_steps: int, seed: int):
     from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, load_node_config,
                                           LocalRunnerConfig)
     from async_rl_ros.local.cli import default_config_path
     path = default_config_path()
     cfg = load_node_config(path, 'learner', LearnerConfig, {
-        'total_env_steps': budget_steps, 'batch.initial_batch': 256,
+        'seed': seed, 'total_env_steps': budget_steps, 'batch.initial_batch': 256,
         'checkpoint.directory': '/tmp/async_rl_bench_tts'})
-    return (load_node_config(path, 'env_worker', EnvWorkerConfig), cfg,
+    return (load_node_config(path, 'env_worker', EnvWorkerConfig, {'seed': seed}), cfg,
             load_node_config(path, 'local_runner', LocalRunnerConfig))
 
 
-def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float
+def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed: int = 0
                ) -> list[tuple[float, object]]:
     """Train as ``async-rl-train`` does (shipped defaults); return timed policy snapshots."""
     from async_rl_ros.core.learning.metrics import MetricsLogger
     from async_rl_ros.local.train import LocalRun
 
-    env_cfg, cfg, rcfg = _configs(10**9)
+    env_cfg, cfg, rcfg = _configs(10**9, seed)
     run = LocalRun(env_cfg, cfg, rcfg.replace(mode=mode, num_workers=workers),
                    logger=MetricsLogger())
     snapshots: list[tuple[float, object]] = []
@@ -92,7 +92,7 @@ def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float
     return [(t, run.learner.policy_from_state(s)) for t, s in snapshots]
 
 
-def run_sb3(budget_s: float, snapshot_s: float) -> list[tuple[float, object]]:
+def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0) -> list[tuple[float, object]]:
     """Train SB3 SAC (its defaults) on the same env; return policy snapshots."""
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
@@ -101,7 +101,7 @@ def run_sb3(budget_s: float, snapshot_s: float) -> list[tuple[float, object]]:
     from async_rl_ros.envs.reach_env import make_reach_env
 
     torch.set_num_threads(os.cpu_count() or 1)  # alone on the machine: every core
-    model = SAC('MlpPolicy', make_reach_env(), seed=0, verbose=0, device='cpu')
+    model = SAC('MlpPolicy', make_reach_env(seed=seed), seed=seed, verbose=0, device='cpu')
     snapshots: list[tuple[float, object]] = []
     start = time.perf_counter()
 
@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument('--snapshot-s', type=float, default=20.0)
     parser.add_argument('--episodes', type=int, default=40, help='per snapshot evaluation')
     parser.add_argument('--threshold', type=float, default=0.95)
+    parser.add_argument('--seed', type=int, default=0, help='env, learner and SB3 seed')
     args = parser.parse_args()
     if args.quick:
         args.budget_s, args.sb3_budget_s, args.snapshot_s, args.episodes = 12.0, 12.0, 4.0, 5
@@ -161,10 +162,10 @@ def main() -> None:
     results = {}
     for name, train, act_of in (
             ('async', lambda: run_runner('async', args.workers, args.budget_s,
-                                         args.snapshot_s), ours),
+                                         args.snapshot_s, args.seed), ours),
             ('sync', lambda: run_runner('sync', args.workers, args.budget_s,
-                                        args.snapshot_s), ours),
-            ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s), lambda p: p)):
+                                        args.snapshot_s, args.seed), ours),
+            ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, args.seed), lambda p: p)):
         results[name] = time_to(train(), args.threshold, args.episodes, act_of)
         seconds, curve = results[name]  # as it comes: a later setting may fail
         print(f'{name}: {"not reached" if seconds is None else f"{seconds:.0f} s"}  '
@@ -172,7 +173,8 @@ def main() -> None:
 
     print(f'\nTime to {100 * args.threshold:.0f} % success (deterministic policy, '
           f'{args.episodes} episodes per snapshot), budget {args.budget_s:.0f} s for async and '
-          f'sync ({args.workers or "default"} workers), {sb3_budget:.0f} s for SB3 SAC')
+          f'sync ({args.workers or "default"} workers), {sb3_budget:.0f} s for SB3 SAC, '
+          f'seed {args.seed}')
     for name, (seconds, curve) in results.items():
         shown = ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve)
         print(f'{name:<6} {"not reached" if seconds is None else f"{seconds:.0f} s":>12}'
@@ -181,7 +183,8 @@ def main() -> None:
     print(json.dumps({'async_s': a, 'sync_s': results['sync'][0], 'sb3_s': s,
                       'speedup_vs_sb3': round(s / a, 2) if a and s else None,
                       'speedup_vs_sb3_at_least': round((s or sb3_budget) / a, 2) if a else None,
-                      'budget_s': args.budget_s, 'sb3_budget_s': sb3_budget}))
+                      'budget_s': args.budget_s, 'sb3_budget_s': sb3_budget,
+                      'seed': args.seed}))
 
 
 if __name__ == '__main__':

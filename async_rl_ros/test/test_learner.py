@@ -224,7 +224,9 @@ def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
 
 def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(tmp_path):
     """A late collapse does not overwrite the good policy; its figures are held-out ones."""
+    from collections import Counter
     import json
+
     from async_rl_ros.core.learning.artifacts import finish_run
     from async_rl_ros.core.learning.evaluation import EpisodeStats
     from async_rl_ros.core.learning.loop import TrainingLoop
@@ -242,7 +244,8 @@ def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(t
     def evaluate(state, held_out):
         calls.append((state.version, held_out))
         last = not held_out  # the current policy: 2 of 10
-        return EpisodeStats(episodes=10, successes=2 if last else 8)
+        return EpisodeStats(episodes=10, steps=1000, successes=2 if last else 8,
+                            safety=Counter({'accel': 50, 'speed': 2}))
 
     learner.policy_version = good.version + 1  # the current policy is a newer version
     run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
@@ -252,6 +255,10 @@ def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(t
     assert summary['exported_policy_success_rate'] == 0.9
     assert summary['eval_success_rate'] == 0.8 == run.evaluation.success_rate  # held out
     assert summary['last_policy_success_rate'] == 0.2
+    # How often the safety filter had to change the exported policy's commands, per reason.
+    assert summary['eval_safety_interventions'] == {'accel': 0.05, 'speed': 0.002}
+    assert dict(run.evaluation.rows())['safety interventions'] == (
+        'accel 5.0 % of steps, speed 0.2 % of steps')
     exported = torch.jit.load(str(run.policy))
     obs = torch.as_tensor(rng.normal(size=(5, OBS)), dtype=torch.float32)
     reference = learner.policy_from_state(good)

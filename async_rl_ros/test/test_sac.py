@@ -21,6 +21,7 @@ import math
 
 from async_rl_ros.core.config import ConfigError
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
+from async_rl_ros.core.learning.resume import check_finite
 from async_rl_ros.core.learning.sac import finite_guard, POLICY_REG_BASE, SAC, SACConfig
 import pytest
 import torch
@@ -386,8 +387,31 @@ def test_policy_regularization_pulls_towards_reference():
     for _ in range(20):
         last, _ = sac.update(batch)
     assert last['losses/policy_reg'] < 0.5 * first['losses/policy_reg']
+    # A checkpoint holding the reference passes the resume check (no weight is inf).
+    check_finite({'sac': sac.state_dict()})
     sac.set_reference_policy(None)
     assert 'losses/policy_reg' not in sac.update(batch)[0]
+
+
+def test_smoothness_term_brings_consecutive_mean_actions_together():
+    batch = make_batch(seed=4)
+
+    def gap(sac: SAC) -> float:
+        with torch.no_grad():
+            now = sac.actor.act(batch['obs'], deterministic=True)
+            nxt = sac.actor.act(batch['next_obs'], deterministic=True)
+        return (now - nxt).pow(2).sum(-1).mean().item()
+
+    plain = make_sac(actor_lr=1e-2, smoothness_weight=0.0)
+    assert 'losses/action_smoothness' not in plain.update(batch)[0]
+    smooth = make_sac(actor_lr=1e-2, smoothness_weight=100.0)
+    first, _ = smooth.update(batch)
+    # The metric is the gap of the mean actions before that step.
+    assert first['losses/action_smoothness'] == pytest.approx(gap(make_sac()), rel=1e-5)
+    for _ in range(30):
+        plain.update(batch)
+        smooth.update(batch)
+    assert gap(smooth) < 0.2 * gap(plain)
 
 
 def test_state_dict_round_trip_resumes_identically():

@@ -93,7 +93,8 @@ def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:
     return {'eval_episodes': stats.episodes, 'eval_success_rate': stats.success_rate,
             'eval_final_distance_m': stats.mean_final_distance,
             'eval_return_mean': (sum(stats.returns) / len(stats.returns)
-                                 if stats.returns else math.nan)}
+                                 if stats.returns else math.nan),
+            'eval_safety_interventions': stats.intervention_rates}
 
 
 def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,

@@ -48,10 +48,16 @@ class EpisodeStats:
         """Mean flange-to-target distance at the end of the episodes (m)."""
         return float(np.mean(self.final_distances)) if self.final_distances else float('nan')
 
+    @property
+    def intervention_rates(self) -> dict[str, float]:
+        """Fraction of steps at which the safety filter changed the command, per reason."""
+        return {k: v / self.steps for k, v in sorted(self.safety.items()) if self.steps}
+
     def rows(self) -> list[tuple[str, str]]:
         """Return ``(name, value)`` rows for a printed table."""
         rate = self.steps / self.seconds if self.seconds > 0 else float('nan')
-        reasons = ', '.join(f'{k} {v}' for k, v in sorted(self.safety.items())) or 'none'
+        reasons = ', '.join(f'{k} {100.0 * v:.1f} % of steps'
+                            for k, v in self.intervention_rates.items()) or 'none'
         return [('episodes', f'{self.episodes}'), ('env steps', f'{self.steps}'),
                 ('success rate', f'{100.0 * self.success_rate:.1f} %'),
                 ('mean final distance', f'{self.mean_final_distance:.4f} m'),

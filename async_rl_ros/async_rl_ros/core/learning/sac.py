@@ -19,6 +19,8 @@ Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (arXiv:181
 with clipped double Q (Fujimoto et al. 2018, "Addressing Function Approximation Error in
 Actor-Critic Methods"). One :meth:`SAC.update` is one gradient step of the critics, then (every
 ``policy_frequency`` steps) of the actor and the temperature, then the Polyak target update.
+The actor loss may add a temporal smoothness term on consecutive states (Mysore et al. 2021,
+"Regularizing Action Policies for Smooth Control with Reinforcement Learning", CAPS).
 
 Conventions:
 
@@ -52,11 +54,12 @@ __all__ = ['POLICY_REG_BASE', 'UPDATE_METRICS', 'Guard', 'SACConfig', 'SAC', 'fi
 POLICY_REG_BASE = 0.1
 
 #: Every metric :meth:`SAC.update` reports (``losses/policy_reg`` only with a reference
-#: policy), known before the first update: a metric sink can announce them up front.
+#: policy, ``losses/action_smoothness`` only with ``smoothness_weight > 0``), known before the
+#: first update: a metric sink can announce them up front.
 UPDATE_METRICS = ('losses/qf1_loss', 'losses/qf2_loss', 'losses/qf1_values',
                   'losses/grad_norm_critic', 'losses/alpha', 'losses/actor_loss',
                   'losses/alpha_loss', 'losses/entropy', 'losses/grad_norm_actor',
-                  'losses/policy_reg', 'doctor/skipped')
+                  'losses/policy_reg', 'losses/action_smoothness', 'doctor/skipped')
 
 Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor]], bool]
 
@@ -156,13 +159,21 @@ class SAC:
         td_abs = td.detach().abs().mean(dim=0)
         return per_q_loss.sum(), per_q_loss[0], per_q_loss[1], q[0].detach().mean(), td_abs
 
-    def _actor_losses(self, obs: torch.Tensor, noise: torch.Tensor, reg_weight: torch.Tensor,
-                      use_reg: bool) -> tuple[torch.Tensor, ...]:
+    def _actor_losses(self, obs: torch.Tensor, next_obs: torch.Tensor, noise: torch.Tensor,
+                      reg_weight: torch.Tensor, use_reg: bool) -> tuple[torch.Tensor, ...]:
         action, log_prob, mean_action = self.actor.sample(obs, noise)
         q = self.critic.q_values(obs, action).min(dim=0).values
         # Policy loss E[alpha log pi(a|s) - Q(s, a)] (Haarnoja et al. 2018, eq. 7).
         actor_loss = (self.log_alpha.detach().exp() * log_prob - q).mean()
         total = actor_loss
+        smooth = torch.zeros((), device=obs.device)
+        if self.cfg.smoothness_weight > 0.0:
+            # Temporal smoothness of the mean action between consecutive states (CAPS,
+            # Mysore et al. 2021, L_T; squared here): a velocity-commanded arm otherwise learns
+            # a bang-bang hold that flips the command every step at the target.
+            next_mean = torch.tanh(self.actor(next_obs)[0])
+            smooth = (mean_action - next_mean).pow(2).sum(dim=-1).mean()
+            total = total + self.cfg.smoothness_weight * smooth
         reg = torch.zeros((), device=obs.device)
         if use_reg:
             with torch.no_grad():
@@ -171,7 +182,7 @@ class SAC:
             total = actor_loss + reg_weight * reg
         # Temperature loss E[-alpha (log pi + target entropy)] (Haarnoja et al. 2018, eq. 18).
         alpha_loss = -(self.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
-        return total, actor_loss, alpha_loss, -log_prob.detach().mean(), reg
+        return total, actor_loss, alpha_loss, -log_prob.detach().mean(), reg, smooth.detach()
 
     def _call(self, name: str, *args: Any) -> tuple[torch.Tensor, ...]:
         """Run a loss function, compiled when enabled; 'auto' falls back to eager on failure."""
@@ -245,8 +256,8 @@ class SAC:
             actor_params = list(self.actor.parameters())
             for _ in range(frequency):
                 noise = torch.randn(size, self.act_dim, device=obs.device)
-                total, actor_loss, alpha_loss, entropy, reg = self._call(
-                    'actor', obs, noise, reg_weight, use_reg)
+                total, actor_loss, alpha_loss, entropy, reg, smooth = self._call(
+                    'actor', obs, next_obs, noise, reg_weight, use_reg)
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 self.alpha_optimizer.zero_grad(set_to_none=True)
                 (total + alpha_loss).backward()
@@ -260,6 +271,8 @@ class SAC:
                                  'losses/entropy': entropy, 'losses/grad_norm_actor': actor_norm}
                 if use_reg:
                     actor_tensors['losses/policy_reg'] = reg.detach()
+                if self.cfg.smoothness_weight > 0.0:
+                    actor_tensors['losses/action_smoothness'] = smooth
 
         # Polyak averaging of the target critics: target <- tau online + (1 - tau) target.
         if critic_ok and self.num_updates % self.cfg.target_network_frequency == 0:

@@ -118,6 +118,11 @@ class SACConfig(Section):
     policy_reg_weight: float = option(0.0, 'Weight of the L2 pull of the actor mean action '
                                       'towards a reference policy (0 = off).', low=0.0,
                                       high=1e3, read_only=True)
+    smoothness_weight: float = option(
+        0.1, 'Weight of the temporal smoothness term ||mu(s) - mu(s_next)||^2 in the actor '
+        'loss (CAPS, Mysore et al. 2021): consecutive mean actions stay close, so the arm '
+        'does not chatter against the acceleration limit (0 = off).', low=0.0, high=1e3,
+        read_only=True)
     device: str = option('auto', 'Device of the learner; auto picks CUDA when present.',
                          choices=('auto', 'cpu', 'cuda'), read_only=True)
     compile: str = option(  # noqa: A003 -- the option's public name
