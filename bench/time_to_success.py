@@ -25,9 +25,9 @@ is evaluated on the same episodes with the deterministic policy, and the time to
 the wall-clock time of the first snapshot reaching the threshold.
 
 Usage: ``python bench/time_to_success.py [--quick] [--workers W] [--budget-s S]
-[--sb3-budget-s S] [--seed N]``; the last line is a JSON summary (``null`` where a setting did not reach
-the threshold in its budget; ``speedup_vs_sb3_at_least`` then bounds the speed-up by SB3's
-budget).
+[--sb3-budget-s S] [--seed N]``; the last line is a JSON summary (``null`` where a setting
+did not reach the threshold in its budget; ``speedup_vs_sb3_at_least`` then bounds the
+speed-up by SB3's budget).
 """
 
 from __future__ import annotations

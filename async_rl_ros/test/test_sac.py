@@ -408,10 +408,15 @@ def test_smoothness_term_brings_consecutive_mean_actions_together():
     first, _ = smooth.update(batch)
     # The metric is the gap of the mean actions before that step.
     assert first['losses/action_smoothness'] == pytest.approx(gap(make_sac()), rel=1e-5)
+    # With the doctor's policy regularization active too, the smoothness term still counts.
+    both = make_sac(actor_lr=1e-2, smoothness_weight=100.0, policy_reg_weight=1e-3)
+    both.set_reference_policy(both.actor.state_dict())
     for _ in range(30):
         plain.update(batch)
         smooth.update(batch)
+        both.update(batch)
     assert gap(smooth) < 0.2 * gap(plain)
+    assert gap(both) < 0.2 * gap(plain)
 
 
 def test_state_dict_round_trip_resumes_identically():

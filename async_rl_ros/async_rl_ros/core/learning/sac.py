@@ -179,7 +179,7 @@ class SAC:
             with torch.no_grad():
                 reference = self.reference_policy(obs)
             reg = (mean_action - reference).pow(2).sum(dim=-1).mean()
-            total = actor_loss + reg_weight * reg
+            total = total + reg_weight * reg
         # Temperature loss E[-alpha (log pi + target entropy)] (Haarnoja et al. 2018, eq. 18).
         alpha_loss = -(self.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
         return total, actor_loss, alpha_loss, -log_prob.detach().mean(), reg, smooth.detach()
