@@ -15,6 +15,7 @@
 """Configuration: dataclass validation, the ros__parameters loader and the CLI's errors."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -65,6 +66,10 @@ def test_parameter_reference_is_up_to_date():
     doc = SHIPPED.parents[1] / 'docs' / 'parameters.md'
     assert doc.read_text(encoding='utf-8') == parameters_markdown(NODE_SECTIONS), \
         'regenerate it: python -m async_rl_ros.core.config > docs/parameters.md'
+    # Every table row has its five cells: a bar in a description (a norm) is escaped.
+    rows = [line for line in parameters_markdown(NODE_SECTIONS).splitlines()
+            if line.startswith('| `')]
+    assert rows and all(len(re.split(r'(?<!\\)\|', row)) == 7 for row in rows)
 
 
 def test_nested_and_dotted_keys_and_wildcard(tmp_path):

@@ -358,7 +358,8 @@ def parameters_markdown(sections: Mapping[str, type[Section]]) -> str:
                   '|---|---|---|---|---|']
         for name, _, info, default in cls.options():
             flag = ' (read-only)' if info.read_only else ''
+            doc = info.doc.replace('|', '\\|')  # a norm's bars would split the table cell
             lines.append(f'| `{name}` | `{default}` | {info.unit or "-"} | {info.allowed()} '
-                         f'| {info.doc}{flag} |')
+                         f'| {doc}{flag} |')
         lines.append('')
     return '\n'.join(lines)

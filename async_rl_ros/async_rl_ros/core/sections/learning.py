@@ -119,10 +119,10 @@ class SACConfig(Section):
                                       'towards a reference policy (0 = off).', low=0.0,
                                       high=1e3, read_only=True)
     smoothness_weight: float = option(
-        0.1, 'Weight of the temporal smoothness term ||mu(s) - mu(s_next)||^2 in the actor '
-        'loss (CAPS, Mysore et al. 2021): consecutive mean actions stay close, so the arm '
-        'does not chatter against the acceleration limit (0 = off).', low=0.0, high=1e3,
-        read_only=True)
+        0.0, 'Weight of the temporal smoothness term in the actor loss, the squared distance '
+        'between the mean actions of consecutive states (CAPS, Mysore et al. 2021): the arm '
+        'does not chatter against the acceleration limit (0 = off; 0.1: far fewer limited '
+        'steps, later success).', low=0.0, high=1e3, read_only=True)
     device: str = option('auto', 'Device of the learner; auto picks CUDA when present.',
                          choices=('auto', 'cpu', 'cuda'), read_only=True)
     compile: str = option(  # noqa: A003 -- the option's public name
