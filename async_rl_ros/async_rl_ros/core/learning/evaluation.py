@@ -51,7 +51,9 @@ class EpisodeStats:
     @property
     def intervention_rates(self) -> dict[str, float]:
         """Fraction of steps at which the safety filter changed the command, per reason."""
-        return {k: v / self.steps for k, v in sorted(self.safety.items()) if self.steps}
+        if not self.steps:
+            return {}
+        return {k: v / self.steps for k, v in sorted(self.safety.items())}
 
     def rows(self) -> list[tuple[str, str]]:
         """Return ``(name, value)`` rows for a printed table."""
