@@ -236,7 +236,8 @@ def test_all_finite_helpers():
 
 # ---------------------------------------------------------------------- update ratio
 def test_update_ratio_outside_band_warns_rate_limited(caplog):
-    doctor, knobs = make_doctor(warn_interval_steps=100, update_ratio_window=1)
+    doctor, knobs = make_doctor(warn_interval_steps=100, update_ratio_window=1,
+                                update_ratio_warmup_updates=0)
     p = nn.Parameter(torch.ones(1000, dtype=torch.float64))
     tracker = ParamDeltaTracker([p])
     with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.doctor'):
@@ -261,7 +262,7 @@ def test_update_ratio_outside_band_warns_rate_limited(caplog):
 
 def test_the_update_ratio_band_judges_a_window_not_a_single_update():
     """A healthy run's occasional large update is not a finding; a sustained drift is."""
-    doctor, _ = make_doctor(update_ratio_window=5)
+    doctor, _ = make_doctor(update_ratio_window=5, update_ratio_warmup_updates=0)
     healthy = [5e-4, 6e-4, 2e-3, 5e-4, 4e-4, 5e-4, 1.5e-3, 6e-4]  # spikes above 1e-3
     for step, ratio in enumerate(healthy):
         doctor.begin_step(step)
@@ -274,6 +275,19 @@ def test_the_update_ratio_band_judges_a_window_not_a_single_update():
         doctor.observe_update_ratio(3e-3, 'actor')
     assert doctor.detections['update_ratio'] >= 1
     assert 'mean of the last 5' in doctor.events[-1].reason
+
+
+def test_the_update_ratio_is_judged_after_the_warmup_updates():
+    """The first Adam steps are large against the initial weights: measured, not judged."""
+    doctor, _ = make_doctor(update_ratio_window=2, update_ratio_warmup_updates=100)
+    for step in range(0, 100, 10):
+        doctor.begin_step(step)
+        assert doctor.observe_update_ratio(3e-3, 'actor')
+    assert doctor.detections['update_ratio'] == 0
+    assert doctor.metrics()['doctor/update_ratio_mean/actor'] == pytest.approx(3e-3)
+    doctor.begin_step(100)
+    assert not doctor.observe_update_ratio(3e-3, 'actor')
+    assert doctor.detections['update_ratio'] == 1
 
 
 def test_update_ratio_function():

@@ -27,7 +27,8 @@ Detectors (symptom -> remedy):
   good snapshot (:class:`GoodState`);
 * ``publish``: NaN/Inf in the weights about to go to workers -> do not publish;
 * ``update_ratio``: ``||dtheta|| / ||theta||`` of an update outside
-  ``[update_ratio_low, update_ratio_high]`` -> none, a warning only;
+  ``[update_ratio_low, update_ratio_high]`` (judged after ``update_ratio_warmup_updates``)
+  -> none, a warning only;
 * ``reward_scale``: a worker's reward scale differs from the workers' median by more than
   ``reward_scale_factor`` -> none (the worker is misconfigured; a person must look);
 * ``policy_divergence``: cosine similarity between the current policy's actions and a worker

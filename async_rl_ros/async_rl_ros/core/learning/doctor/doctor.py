@@ -290,7 +290,7 @@ class Doctor:
         mean = statistics.fmean(window)
         self._values['update_ratio_mean' + (f'/{name}' if name else '')] = mean
         low, high = self.cfg.update_ratio_low, self.cfg.update_ratio_high
-        if low <= mean <= high:
+        if low <= mean <= high or self.step < self.cfg.update_ratio_warmup_updates:
             return True
         side = 'below' if mean < low else 'above'
         label = f'{name} ' if name else ''
