@@ -271,9 +271,13 @@ class Doctor:
         """
         Record an update ratio; compare the mean of the last ``update_ratio_window`` with the band.
 
+        The band is not applied before ``update_ratio_warmup_updates`` (the first Adam steps are
+        large against the initial weights); the ratio and its mean are published all along.
+
         :param ratio: ``||dtheta|| / ||theta||``, e.g. from :class:`ParamDeltaTracker`.
         :param name: network name (``actor``, ``critic``) for the metric and the log.
-        :returns: ``True`` when inside the band (or ``ratio`` is ``None``).
+        :returns: ``True`` when inside the band, during the warm-up, or when ``ratio`` is
+            ``None``.
         """
         if ratio is None:
             return True
