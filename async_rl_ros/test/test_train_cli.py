@@ -99,6 +99,7 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     assert proc.returncode == 0, err
     run = tmp_path / 'run'
     assert 'SAC async' in out and 'held-out success rate' in out
+    assert 'held-out env steps/s' not in out  # the evaluation's own rate is not the run's
     assert re.search(r'^outcome\s+finished$', out, re.MULTILINE), out
     # stderr is a pipe, not a terminal: plain progress lines, no carriage returns.
     lines = re.findall(r'^async: (\d+)/400 steps', err, re.MULTILINE)

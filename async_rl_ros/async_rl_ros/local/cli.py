@@ -104,8 +104,7 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
         rows.append(('exported policy', f"version {s['exported_policy_version']} (evaluated "
                      f"{100 * s['exported_policy_success_rate']:.0f} % at "
                      f"{s['exported_policy_env_steps']} env steps)"))
-    rows += [(f'held-out {name}', value) for name, value in evaluation.rows()
-             if name != 'env steps/s']
+    rows += [(f'held-out {name}', value) for name, value in evaluation.rows(rate=False)]
     if 'last_policy_success_rate' in s:
         rows.append(('last policy success rate',
                      f"{100 * s['last_policy_success_rate']:.1f} % (evaluator's episodes)"))

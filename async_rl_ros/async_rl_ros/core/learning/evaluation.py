@@ -55,17 +55,23 @@ class EpisodeStats:
             return {}
         return {k: v / self.steps for k, v in sorted(self.safety.items())}
 
-    def rows(self) -> list[tuple[str, str]]:
-        """Return ``(name, value)`` rows for a printed table."""
-        rate = self.steps / self.seconds if self.seconds > 0 else float('nan')
+    def rows(self, rate: bool = True) -> list[tuple[str, str]]:
+        """
+        Return ``(name, value)`` rows for a printed table.
+
+        :param rate: include the env steps/s of the evaluation itself (a training summary
+            leaves it out: it is not the run's throughput).
+        """
         reasons = ', '.join(f'{k} {100.0 * v:.1f} % of steps'
                             for k, v in self.intervention_rates.items()) or 'none'
-        return [('episodes', f'{self.episodes}'), ('env steps', f'{self.steps}'),
+        rows = [('episodes', f'{self.episodes}'), ('env steps', f'{self.steps}'),
                 ('success rate', f'{100.0 * self.success_rate:.1f} %'),
                 ('mean final distance', f'{self.mean_final_distance:.4f} m'),
-                ('mean return', f'{np.mean(self.returns):.2f}'),
-                ('env steps/s', f'{rate:.0f}'),
-                ('safety interventions', reasons)]
+                ('mean return', f'{np.mean(self.returns):.2f}')]
+        if rate:
+            steps_per_s = self.steps / self.seconds if self.seconds > 0 else float('nan')
+            rows.append(('env steps/s', f'{steps_per_s:.0f}'))
+        return rows + [('safety interventions', reasons)]
 
 
 def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes: int,
