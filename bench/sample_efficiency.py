@@ -25,7 +25,9 @@ rate 3e-4, automatic temperature, one update per step).
 Every ``--eval-every`` env steps the deterministic policy is evaluated on the same 40
 episodes (fixed seed; with 20, a policy that succeeds 95 % of the time scores below 90 % at
 one mark in 13, so "stays >= 90 %" would judge the evaluation's noise; with 40, one in 21).
-Reported per run: the success rate at those marks, the env steps and training seconds
+For this learner that is the policy its evaluator scores and a run exports: the averaged
+actor when ``sac.policy_average_tau > 0``, and then the online actor too, in a row of its
+own. Reported per run: the success rate at those marks, the env steps and training seconds
 (evaluations excluded) to the first mark at >= 95 %, and whether every later mark stays
 >= 90 %.
 
@@ -97,10 +99,10 @@ def run_ours(seed: int, steps: int, marks: list[int]) -> dict:
     env, eval_env = UR5ReachEnv(env_cfg), UR5ReachEnv(env_cfg)
     learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0],
                       goal_spec=reach_goal_spec(env_cfg.task))
-    curve, seconds, clock = {}, {}, _Clock()
+    curve, online, seconds, clock = {}, {}, {}, _Clock()
 
-    def act(obs):
-        return learner.act(obs, deterministic=True)
+    def scripted(policy):
+        return lambda obs: policy(torch.as_tensor(obs, dtype=torch.float32)).detach().numpy()
 
     loop = single_process_loop(learner, env)
     loop.maybe_publish()
@@ -108,8 +110,15 @@ def run_ours(seed: int, steps: int, marks: list[int]) -> dict:
         while learner.env_steps < mark:
             loop.step()
         seconds[mark] = clock.seconds()
-        curve[mark] = clock.evaluate(lambda: _success(eval_env, act))
-    return {'impl': 'async_rl_ros', 'seed': seed, 'curve': curve, 'seconds': seconds,
+        # What the evaluator scores and the run exports (the averaged actor when averaging is
+        # on); the online actor too then, to show what the averaging changes.
+        evaluated = scripted(learner.export_policy(evaluated=True))
+        curve[mark] = clock.evaluate(lambda: _success(eval_env, evaluated))
+        if learner.sac.actor_average is not None:
+            current = scripted(learner.export_policy())
+            online[mark] = clock.evaluate(lambda: _success(eval_env, current))
+    return {'impl': 'async_rl_ros', 'seed': seed, 'curve': curve, 'online_curve': online,
+            'seconds': seconds,
             'steps_per_s': steps / max(clock.seconds(), 1e-9),
             'updates_per_s': learner.updates / max(clock.seconds(), 1e-9)}
 
@@ -147,9 +156,18 @@ def _job(args: tuple) -> dict:
     first = next((m for m in marks if result['curve'][m] >= REACHED), None)
     result['steps_to_95'] = first
     result['seconds_to_95'] = result['seconds'][first] if first is not None else None
-    result['stays_90'] = (first is not None
-                          and all(result['curve'][m] >= KEPT for m in marks if m >= first))
+    result['stays_90'] = _stays(result['curve'], first)
+    online = result.get('online_curve')
+    if online:
+        first_online = next((m for m in marks if online[m] >= REACHED), None)
+        result['online_steps_to_95'] = first_online
+        result['online_stays_90'] = _stays(online, first_online)
     return result
+
+
+def _stays(curve: dict, first: int | None) -> bool:
+    """Tell whether every mark from the first at >= 95 % on stays >= 90 %."""
+    return first is not None and all(curve[m] >= KEPT for m in curve if m >= first)
 
 
 def _median(values) -> float | None:
@@ -205,6 +223,12 @@ def main() -> None:
               + (f'{r["seconds_to_95"]:>7.0f}' if r['seconds_to_95'] is not None else f'{"-":>7}')
               + f'{"yes" if r["stays_90"] else "no":>7}{r["steps_per_s"]:>8.1f}'
               + f'{r["updates_per_s"]:>7.0f}')
+        if r.get('online_curve'):
+            print(f'{"  online actor":<19}'
+                  + ''.join(f'{r["online_curve"][m]:>7.2f}' if m in r['online_curve']
+                            else f'{"-":>7}' for m in shown)
+                  + f'{str(r["online_steps_to_95"]):>9}{"-":>7}'
+                  + f'{"yes" if r["online_stays_90"] else "no":>7}')
     ours = [r for r in results if r['impl'] == 'async_rl_ros']
     sb3 = [r for r in results if r['impl'] == 'sb3']
     at_20k = [r['curve'][20_000] for r in ours if 20_000 in r['curve']]
@@ -215,6 +239,8 @@ def main() -> None:
         'env_steps_to_95_median': _median(r['steps_to_95'] for r in ours) if ours else None,
         'seeds_reaching_95': sum(r['steps_to_95'] is not None for r in ours),
         'seeds_staying_90': sum(r['stays_90'] for r in ours),
+        'online_actor_seeds_staying_90': (sum(r['online_stays_90'] for r in ours)
+                                          if ours and ours[0].get('online_curve') else None),
         'seconds_to_95_median': _median(r['seconds_to_95'] for r in ours) if ours else None,
         'sb3_env_steps_to_95_median': _median(r['steps_to_95'] for r in sb3) if sb3 else None,
         'sb3_seconds_to_95_median': _median(r['seconds_to_95'] for r in sb3) if sb3 else None,

@@ -20,7 +20,8 @@ Each setting trains alone on the machine (one after the other): async and sync a
 ``--budget-s``, SB3 SAC (its defaults, torch threads on every core) for at most
 ``--sb3-budget-s`` (default three times as long, so that a "3x faster" can be seen).
 Evaluation must not stop the clock it measures, so training only snapshots the policy every
-``--snapshot-s`` seconds (a copy of the actor, milliseconds); after training, every snapshot
+``--snapshot-s`` seconds (a copy of the policy the run's evaluator would score -- the averaged
+actor with the shipped ``sac.policy_average_tau`` -- milliseconds); after training, every snapshot
 is evaluated on the same episodes with the deterministic policy, and the time to success is
 the wall-clock time of the first snapshot reaching the threshold.
 
@@ -80,7 +81,7 @@ def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed
         elapsed = time.perf_counter() - start
         last = snapshots[-1][0] if snapshots else 0.0
         if run.learner.updates and elapsed - last > snapshot_s:
-            state = run.learner.policy_state()
+            state = run.learner.policy_state(evaluated=True)
             if state is not None:
                 snapshots.append((elapsed, state))
         return elapsed > budget_s

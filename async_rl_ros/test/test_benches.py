@@ -47,6 +47,8 @@ def test_sample_efficiency_trains_and_scores_marks():
     result = bench.run_ours(0, 120, [60, 120])
     assert sorted(result['curve']) == [60, 120]
     assert all(0.0 <= rate <= 1.0 for rate in result['curve'].values())
+    # The shipped default evaluates the averaged actor; the online one is scored beside it.
+    assert sorted(result['online_curve']) == [60, 120]
     assert result['seconds'][60] <= result['seconds'][120]
 
 

@@ -151,6 +151,10 @@ def test_checkpoint_resume_restores_everything(tmp_path):
     assert len(restored.replay) == 300
     obs = np.ones(OBS, dtype=np.float32)
     np.testing.assert_array_equal(restored.act(obs, True), learner.act(obs, True))
+    assert restored.sac.actor_average is not None  # the shipped default averages the actor
+    for ours, theirs in zip(restored.sac.actor_average.parameters(),
+                            learner.sac.actor_average.parameters()):
+        assert torch.equal(ours, theirs)
     # Both continue identically: same sampling RNG, same weights, same optimizer state.
     torch.manual_seed(0)
     a = learner.train_step()
@@ -220,6 +224,61 @@ def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
     assert set(cosines) == {0} and cosines[0] < 0.99
     assert learner.sac.policy_reg_weight > 0.0
     assert learner.doctor.metrics()['doctor/min_policy_cosine'] == pytest.approx(cosines[0])
+
+
+def test_the_averaged_actor_is_evaluated_and_exported_while_workers_act_online(tmp_path):
+    """With ``sac.policy_average_tau`` the evaluator and the export see the averaged actor."""
+    from async_rl_ros.core.learning.artifacts import finish_run
+    from async_rl_ros.core.learning.evaluation import EpisodeStats
+    from async_rl_ros.envs.reach_env import make_reach_env
+
+    def weights(module):
+        return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def equal(a, b):
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    class Recorder:
+        """An evaluator that checks what it is handed against the learner's two actors."""
+
+        def __init__(self):
+            self.scored = []
+
+        def submit(self, state):
+            self.scored.append((state.version, equal(state.actor, weights(average)),
+                                equal(state.actor, weights(learner.sac.actor))))
+            return True
+
+        def poll(self):
+            return [(v, EpisodeStats(episodes=2, successes=1)) for v, *_ in self.scored[-1:]]
+
+    cfg = tiny_config(tmp_path, **{'sac.policy_average_tau': 0.05, 'eval_every': 150,
+                                   'learning_starts': 100})
+    env = make_reach_env()
+    learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
+    average = learner.sac.actor_average
+    recorder = Recorder()
+    loop = train_single_process(learner, env, 400, evaluator=recorder)
+    assert len(recorder.scored) >= 2
+    assert all(is_average and not is_online for _, is_average, is_online in recorder.scored)
+    # The worker acted with the online actor the shards served.
+    online = learner.policy_state()
+    assert equal(online.actor, weights(learner.sac.actor))
+    assert not equal(online.actor, weights(average))
+    assert loop.source.receiver.version == loop.published == learner.policy_version
+    finals = []
+
+    def evaluate(state, held_out):
+        finals.append(equal(state.actor, weights(average)))
+        return EpisodeStats(episodes=1, successes=1)
+
+    run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
+    assert finals == [True, True]  # the current policy is the averaged one; it scored best
+    obs = torch.as_tensor(env.reset(seed=3)[0], dtype=torch.float32)
+    exported = torch.jit.load(str(run.policy))(obs)
+    expected = learner.export_policy(evaluated=True)(obs)
+    torch.testing.assert_close(exported, expected)
+    assert not torch.allclose(exported, learner.export_policy()(obs))
 
 
 def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(tmp_path):

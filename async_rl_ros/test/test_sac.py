@@ -254,6 +254,28 @@ def test_polyak_target_update():
     assert same(snapshot(sac.critic_target), before)
 
 
+def test_averaged_actor_is_a_polyak_average_of_the_online_actor():
+    off = make_sac(policy_average_tau=0.0)
+    assert off.actor_average is None and off.evaluated_actor is off.actor
+    sac = make_sac(policy_average_tau=0.25)
+    assert sac.evaluated_actor is sac.actor_average
+    assert same(snapshot(sac.actor_average), snapshot(sac.actor))  # starts at the actor
+    before = snapshot(sac.actor_average)
+    sac.update(make_batch())
+    online = snapshot(sac.actor)
+    assert not same(online, before)
+    for new, now, old in zip(sac.actor_average.parameters(), online, before):
+        torch.testing.assert_close(new, 0.25 * now + 0.75 * old)
+    assert not any(p.requires_grad for p in sac.actor_average.parameters())
+    # Saved and restored; a checkpoint without an average starts it at its actor.
+    state = copy.deepcopy(sac.state_dict())
+    other = make_sac(seed=5, policy_average_tau=0.25)
+    other.load_state_dict(state)
+    assert same(snapshot(other.actor_average), snapshot(sac.actor_average))
+    other.load_state_dict({**state, 'actor_average': None})
+    assert same(snapshot(other.actor_average), online)
+
+
 @pytest.mark.parametrize('scale, direction', [(10.0, -1), (-10.0, 1)])
 def test_temperature_follows_entropy_target(scale, direction):
     # scale 10: target -30 nats, far below the entropy: alpha must fall; -10: far above: rise.

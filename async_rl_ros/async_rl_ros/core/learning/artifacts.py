@@ -71,11 +71,13 @@ def export_policy(learner: Learner, state: PolicyState | None, path: Path) -> Pa
     """
     Write a deterministic policy as TorchScript (atomically).
 
-    :param learner: supplies the architecture (and the current policy if ``state`` is None).
+    :param learner: supplies the architecture (and, if ``state`` is None, the current policy
+        to evaluate and export: the averaged actor when averaging is on).
     :param state: the policy state to export, e.g. the best evaluated one.
     :param path: the ``.pt`` file.
     """
-    policy = learner.export_policy() if state is None else learner.policy_from_state(state)
+    policy = (learner.export_policy(evaluated=True) if state is None
+              else learner.policy_from_state(state))
     scripted = torch.jit.script(policy)
     return _atomic(path, lambda tmp: scripted.save(str(tmp)))
 
@@ -117,7 +119,7 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     """
     learner = loop.learner
     checkpoint = learner.save_checkpoint()
-    current = learner.policy_state()
+    current = learner.policy_state(evaluated=True)
     last = None
     if evaluate is not None and current is not None:
         last = evaluate(current, False)

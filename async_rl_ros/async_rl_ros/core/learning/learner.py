@@ -20,7 +20,8 @@ and the ROS 2 learner node all drive the same three calls --
 
 * :meth:`Learner.ingest` a batch of transitions (any thread);
 * :meth:`Learner.train_step` one gradient update (the training thread), returning metrics;
-* :meth:`Learner.policy_state` the weights and normalizer statistics workers act with.
+* :meth:`Learner.policy_state` the weights and normalizer statistics workers act with
+  (or, with ``evaluated=True``, those of the policy that is evaluated and exported).
 
 Given the environment's goal spec, :meth:`Learner.ingest` also stores hindsight-relabeled
 copies of every finished episode (Andrychowicz et al. 2017; :mod:`.her`).
@@ -201,8 +202,11 @@ class Learner:
             self.doctor.observe_update_ratio(self._delta.ratio(), 'actor')
         if 'losses/entropy' in metrics:
             self.doctor.observe_entropy(metrics['losses/entropy'])
-        self.doctor.remember({'actor': self.sac.actor, 'critic': self.sac.critic,
-                              'critic_target': self.sac.critic_target},
+        modules = {'actor': self.sac.actor, 'critic': self.sac.critic,
+                   'critic_target': self.sac.critic_target}
+        if self.sac.actor_average is not None:
+            modules['actor_average'] = self.sac.actor_average
+        self.doctor.remember(modules,
                              {'actor': self.sac.actor_optimizer,
                               'critic': self.sac.critic_optimizer,
                               'alpha': self.sac.alpha_optimizer},
@@ -243,18 +247,22 @@ class Learner:
         x = torch.as_tensor(z, device=self.device).unsqueeze(0)
         return self.sac.actor.act(x, deterministic=deterministic)[0].cpu().numpy()
 
-    def policy_state(self) -> PolicyState | None:
+    def policy_state(self, evaluated: bool = False) -> PolicyState | None:
         """
         Return what a worker needs to act: actor weights (CPU), normalizer stats, version.
 
         Non-finite weights are never handed out: the doctor refuses them (returns ``None``).
+
+        :param evaluated: the policy to evaluate and export (the averaged actor when
+            ``sac.policy_average_tau > 0``) instead of the online actor workers act with.
         """
-        if not self.doctor.publish_ok(self.sac.actor):
+        module = self.sac.evaluated_actor if evaluated else self.sac.actor
+        if not self.doctor.publish_ok(module):
             return None
         with self._lock:
             mean, std = self.normalizer.stats()
             version = self.policy_version
-        actor = {k: v.detach().cpu().clone() for k, v in self.sac.actor.state_dict().items()}
+        actor = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
         return PolicyState(actor=actor, obs_mean=mean, obs_std=std,
                            obs_clip=float(self.normalizer.clip), version=version)
 
@@ -304,11 +312,17 @@ class Learner:
             self.sac.set_reference_policy(dict(self._published[min(known.values())].actor))
         return cosines
 
-    def export_policy(self) -> torch.nn.Module:
-        """Return the deterministic policy with its normalization, ready for TorchScript."""
+    def export_policy(self, evaluated: bool = False) -> torch.nn.Module:
+        """
+        Return the deterministic policy with its normalization, ready for TorchScript.
+
+        :param evaluated: the policy to evaluate and export instead of the online actor (see
+            :meth:`policy_state`).
+        """
         with self._lock:
             mean, std = self.normalizer.stats()
-        policy = self.sac.export_policy(torch.as_tensor(mean), torch.as_tensor(std))
+        actor = self.sac.evaluated_actor if evaluated else self.sac.actor
+        policy = actor.deterministic_policy(torch.as_tensor(mean), torch.as_tensor(std))
         policy.set_normalization(None, None, self.normalizer.clip)
         return policy.cpu().eval()
 

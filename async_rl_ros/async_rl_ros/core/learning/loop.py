@@ -265,7 +265,7 @@ class TrainingLoop:
     def _evaluate(self) -> None:
         every = self.cfg.eval_every
         if every and self.published >= 0 and self.learner.env_steps >= self._next_eval:
-            state = self.learner.policy_state()
+            state = self.learner.policy_state(evaluated=True)
             if state is not None and self.evaluator.submit(state):
                 self._submitted[state.version] = (state, self.learner.env_steps)
                 self._next_eval = self.learner.env_steps + every

@@ -18,7 +18,8 @@ Soft Actor-Critic learner with automatic temperature.
 Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (arXiv:1812.05905),
 with clipped double Q (Fujimoto et al. 2018, "Addressing Function Approximation Error in
 Actor-Critic Methods"). One :meth:`SAC.update` is one gradient step of the critics, then (every
-``policy_frequency`` steps) of the actor and the temperature, then the Polyak target update.
+``policy_frequency`` steps) of the actor and the temperature, then the Polyak updates of the
+target critics and (optional) of the averaged actor that is evaluated and exported.
 The actor loss may add a temporal smoothness term on consecutive states (Mysore et al. 2021,
 "Regularizing Action Policies for Smooth Control with Reinforcement Learning", CAPS).
 
@@ -119,6 +120,10 @@ class SAC:
         self.critic = TwinQ(obs_dim, act_dim, cfg.hidden, layer_norm=cfg.critic_layer_norm,
                             dropout=cfg.critic_dropout).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        #: Polyak average of the actor (``policy_average_tau > 0``), the policy a user gets.
+        self.actor_average: Actor | None = (
+            copy.deepcopy(self.actor).requires_grad_(False) if cfg.policy_average_tau > 0
+            else None)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device,
                                       requires_grad=True)
         self.target_entropy = cfg.target_entropy(act_dim)
@@ -279,6 +284,14 @@ class SAC:
             with torch.no_grad():
                 for target, online in zip(self.critic_target.parameters(), critic_params):
                     target.lerp_(online, self.cfg.tau)
+        # Weight averaging of the actor (Nikishin et al. 2018, "Improving Stability in Deep
+        # Reinforcement Learning with Weight Averaging"): late updates that swing the
+        # deterministic policy in and out of the goal are averaged out of what is evaluated.
+        if self.actor_average is not None:
+            with torch.no_grad():
+                for average, online in zip(self.actor_average.parameters(),
+                                           self.actor.parameters()):
+                    average.lerp_(online, self.cfg.policy_average_tau)
         # Drop every gradient now: under CUDA graphs they alias memory the next replay reuses.
         for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer):
             optimizer.zero_grad(set_to_none=True)
@@ -371,6 +384,11 @@ class SAC:
         """
         return self.actor.deterministic_policy(obs_mean, obs_std)
 
+    @property
+    def evaluated_actor(self) -> Actor:
+        """Return the actor a user gets: the averaged one when averaging is on."""
+        return self.actor if self.actor_average is None else self.actor_average
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """
@@ -383,6 +401,8 @@ class SAC:
             'actor': self.actor.state_dict(),
             'critic': self.critic.state_dict(),
             'critic_target': self.critic_target.state_dict(),
+            'actor_average': (None if self.actor_average is None
+                              else self.actor_average.state_dict()),
             'log_alpha': self.log_alpha.detach().clone(),
             'actor_optimizer': self.actor_optimizer.state_dict(),
             'critic_optimizer': self.critic_optimizer.state_dict(),
@@ -412,6 +432,11 @@ class SAC:
         self.actor.load_state_dict(state['actor'])
         self.critic.load_state_dict(state['critic'])
         self.critic_target.load_state_dict(state['critic_target'])
+        if self.actor_average is not None:
+            # A checkpoint from a run without averaging starts the average at its actor.
+            average = state.get('actor_average')
+            self.actor_average.load_state_dict(average if average is not None
+                                               else state['actor'])
         with torch.no_grad():
             self.log_alpha.copy_(state['log_alpha'])
         self.actor_optimizer.load_state_dict(state['actor_optimizer'])

@@ -123,6 +123,11 @@ class SACConfig(Section):
         'between the mean actions of consecutive states (CAPS, Mysore et al. 2021): the arm '
         'does not chatter against the acceleration limit (0 = off; 0.1: far fewer limited '
         'steps, later success).', low=0.0, high=1e3, read_only=True)
+    policy_average_tau: float = option(
+        3e-4, 'Polyak factor of the averaged actor, updated after every critic step: the '
+        'evaluator scores it and the best scored one is exported, while workers keep acting '
+        'with the online actor (weight averaging, Nikishin et al. 2018; 0 = the online actor '
+        'is evaluated and exported).', low=0.0, high=1.0, read_only=True)
     device: str = option('auto', 'Device of the learner; auto picks CUDA when present.',
                          choices=('auto', 'cpu', 'cuda'), read_only=True)
     compile: str = option(  # noqa: A003 -- the option's public name
