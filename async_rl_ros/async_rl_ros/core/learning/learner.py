@@ -321,8 +321,8 @@ class Learner:
         """
         with self._lock:
             mean, std = self.normalizer.stats()
-        actor = self.sac.evaluated_actor if evaluated else self.sac.actor
-        policy = actor.deterministic_policy(torch.as_tensor(mean), torch.as_tensor(std))
+        policy = self.sac.export_policy(torch.as_tensor(mean), torch.as_tensor(std),
+                                        evaluated=evaluated)
         policy.set_normalization(None, None, self.normalizer.clip)
         return policy.cpu().eval()
 

@@ -374,15 +374,18 @@ class SAC:
         return float(self.log_alpha.detach().exp())
 
     def export_policy(self, obs_mean: torch.Tensor | None = None,
-                      obs_std: torch.Tensor | None = None) -> PolicyForExport:
+                      obs_std: torch.Tensor | None = None,
+                      evaluated: bool = False) -> PolicyForExport:
         """
         Return a CPU copy of the deterministic policy for workers (see :class:`PolicyForExport`).
 
         :param obs_mean: observation mean the workers subtract (default 0).
         :param obs_std: observation scale the workers divide by (default 1).
+        :param evaluated: copy :attr:`evaluated_actor` instead of the online actor.
         :returns: a TorchScript-compatible module.
         """
-        return self.actor.deterministic_policy(obs_mean, obs_std)
+        actor = self.evaluated_actor if evaluated else self.actor
+        return actor.deterministic_policy(obs_mean, obs_std)
 
     @property
     def evaluated_actor(self) -> Actor:
