@@ -152,17 +152,21 @@ def run_sb3(seed: int, steps: int, marks: list[int]) -> dict:
 def _job(args: tuple) -> dict:
     impl, *rest = args
     result = (run_ours if impl == 'ours' else run_sb3)(*rest)
-    marks = sorted(result['curve'])
-    first = next((m for m in marks if result['curve'][m] >= REACHED), None)
+    first = _first_reaching(result['curve'])
     result['steps_to_95'] = first
     result['seconds_to_95'] = result['seconds'][first] if first is not None else None
     result['stays_90'] = _stays(result['curve'], first)
     online = result.get('online_curve')
     if online:
-        first_online = next((m for m in marks if online[m] >= REACHED), None)
+        first_online = _first_reaching(online)
         result['online_steps_to_95'] = first_online
         result['online_stays_90'] = _stays(online, first_online)
     return result
+
+
+def _first_reaching(curve: dict) -> int | None:
+    """Return the first mark at >= 95 %, or ``None``."""
+    return next((m for m in sorted(curve) if curve[m] >= REACHED), None)
 
 
 def _stays(curve: dict, first: int | None) -> bool:
