@@ -40,7 +40,7 @@ setup(
     ],
     extras_require={
         'sim': ['pybullet>=3.2.5', 'gymnasium>=0.29'],
-        'learn': ['torch>=2.1', 'tensorboard>=2.12', 'tqdm>=4.60', 'matplotlib>=3.5',
+        'learn': ['torch>=2.6', 'tensorboard>=2.12', 'tqdm>=4.60', 'matplotlib>=3.5',
                   'psutil>=5.9'],
         'real': ['ur-rtde==1.6.5'],
         'test': ['pytest>=7', 'pytest-timeout>=2', 'hypothesis>=6.80',

@@ -20,7 +20,9 @@ import copy
 import math
 
 from async_rl_ros.core.config import ConfigError
-from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
+from async_rl_ros.core.learning import networks
+from async_rl_ros.core.learning.networks import (Actor, inverted_dropout, PolicyForExport,
+                                                 TwinQ)
 from async_rl_ros.core.learning.resume import check_finite
 from async_rl_ros.core.learning.sac import finite_guard, POLICY_REG_BASE, SAC, SACConfig
 import pytest
@@ -174,12 +176,40 @@ def test_critic_dropout_is_random_in_training_mode_only():
         SACConfig.from_flat({'critic_dropout': 0.95})
 
 
+@pytest.mark.parametrize('spare_sd', [8.0, -1.0])  # -1: too few gaps drawn, then extended
+def test_cpu_dropout_draws_independent_bernoulli_masks(monkeypatch, spare_sd):
+    monkeypatch.setattr(networks, '_SPARE_SD', spare_sd)
+    torch.manual_seed(0)
+    p, draws = 0.01, 400
+    ones = torch.ones(2, 64, 128)
+    masks = torch.stack([inverted_dropout(ones, p) for _ in range(draws)])
+    kept = masks[masks != 0]
+    assert torch.allclose(kept, torch.full_like(kept, 1.0 / (1.0 - p)))  # inverted scaling
+    dropped = (masks == 0).float().reshape(draws, -1)
+    n = dropped.numel()
+    assert abs(dropped.mean().item() - p) < 4.0 * math.sqrt(p * (1 - p) / n)
+    # Every position can be dropped, the last one included, and neighbours independently.
+    per_position = dropped.mean(dim=0)
+    assert per_position[:2000].mean() > 0.5 * p and per_position[-2000:].mean() > 0.5 * p
+    pairs = (dropped[:, :-1] * dropped[:, 1:]).mean().item()
+    assert pairs < 3.0 * p * p
+    x = torch.randn(2, 64, 128, requires_grad=True)
+    y = inverted_dropout(x, p)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.where(y == 0, 0.0, 1.0 / (1.0 - p)))
+    assert inverted_dropout(x, p, training=False) is x and inverted_dropout(x, 0.0) is x
+
+
 def test_checkpoint_of_another_critic_kind_is_refused_and_old_ones_load():
     state = make_sac(critic_layer_norm=False).state_dict()
     with pytest.raises(ValueError, match='dimensions'):
         make_sac(critic_layer_norm=True).load_state_dict(state)
     del state['dims']['critic_layer_norm']  # a checkpoint written before the option existed
-    make_sac(seed=3, critic_layer_norm=False).load_state_dict(state)
+    for group in state['critic_optimizer']['param_groups']:
+        group['fused'] = None  # written before the optimizers used the fused kernel
+    old = make_sac(seed=3, critic_layer_norm=False)
+    old.load_state_dict(state)
+    assert all(group['fused'] for group in old.critic_optimizer.param_groups)
 
 
 @pytest.mark.filterwarnings('ignore::DeprecationWarning')  # torch >= 2.9 deprecates TorchScript
@@ -289,7 +319,7 @@ def test_temperature_follows_entropy_target(scale, direction):
 def _critic_grads(sac: SAC, batch: dict, weights: torch.Tensor) -> list[torch.Tensor]:
     grads = {}
 
-    def capture(losses, parameters):
+    def capture(losses, parameters, grad_norm):
         if 'qf1_loss' in losses:
             grads['critic'] = [p.grad.clone() for p in parameters]
         return False
@@ -320,9 +350,14 @@ def test_guard_refusal_leaves_everything_unchanged():
     alpha = sac.log_alpha.detach().clone()
     seen = []
 
-    def refuse(losses, parameters):
+    def refuse(losses, parameters, grad_norm):
         seen.append(sorted(losses))
         assert all(p.grad is not None for p in parameters)
+        # The norm the step would clip by, measured once: the clipped parameters' gradients
+        # (the actor step also steps the temperature, which is not clipped).
+        clipped = parameters if 'qf1_loss' in losses else parameters[:-1]
+        expected = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in clipped]))
+        assert torch.allclose(grad_norm, expected)
         return False
 
     metrics, _ = sac.update(make_batch(), guard=refuse)
@@ -332,6 +367,23 @@ def test_guard_refusal_leaves_everything_unchanged():
     assert torch.equal(sac.log_alpha.detach(), alpha)
     assert sac.num_skipped == 1 and sac.num_actor_updates == 0
     assert all(p.grad is None for p in sac.critic.parameters())
+
+
+def test_actor_step_differentiates_through_the_critics_not_into_them():
+    sac = make_sac(grad_clip_norm=0.0)
+    seen = {}
+
+    def capture(losses, parameters, grad_norm):
+        step = 'critic' if 'qf1_loss' in losses else 'actor'
+        seen[step] = [p.grad.clone() for p in sac.critic.parameters()]
+        if step == 'actor':  # the actor did get dQ/da through the critics
+            assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in parameters)
+        return True
+
+    sac.update(make_batch(), guard=capture)
+    # The critics' gradients are still those of their own step: the actor's loss added none.
+    assert all(torch.equal(a, b) for a, b in zip(seen['critic'], seen['actor']))
+    assert all(p.requires_grad for p in sac.critic.parameters())
 
 
 def test_default_guard_skips_non_finite_steps():
@@ -353,6 +405,14 @@ def test_default_guard_skips_non_finite_steps():
                zip((sac.actor, sac.critic, sac.critic_target), everything))
     metrics, _ = sac.update(make_batch())
     assert metrics['doctor/skipped'] == 0.0
+    # Finite losses, a non-finite gradient: judged by the gradient norm, the step is skipped.
+    weight = sac.critic.out.weight
+    hook = weight.register_hook(lambda grad: grad * float('nan'))
+    critic = snapshot(sac.critic)
+    metrics, _ = sac.update(make_batch())
+    hook.remove()
+    assert metrics['doctor/skipped'] == 1.0 and math.isnan(metrics['losses/grad_norm_critic'])
+    assert same(snapshot(sac.critic), critic)
 
 
 def test_policy_frequency_delays_and_repeats_actor_steps():

@@ -38,9 +38,10 @@ per optimizer step when a guard is installed, since a guard returns a Python boo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 import warnings
 
 from async_rl_ros.core.config import ConfigError, SACConfig
@@ -62,7 +63,7 @@ UPDATE_METRICS = ('losses/qf1_loss', 'losses/qf2_loss', 'losses/qf1_values',
                   'losses/alpha_loss', 'losses/entropy', 'losses/grad_norm_actor',
                   'losses/policy_reg', 'losses/action_smoothness', 'doctor/skipped')
 
-Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor]], bool]
+Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor], bool]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -79,22 +80,24 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def finite_guard(losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor]) -> bool:
+def finite_guard(losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor],
+                 grad_norm: torch.Tensor) -> bool:
     """
-    Accept a step only if every loss and every gradient is finite (the default guard).
+    Accept a step only if every loss and the gradient norm are finite (the default guard).
 
     :param losses: the losses of the step.
     :param parameters: the parameters the step would change.
+    :param grad_norm: the total gradient norm of the networks' parameters (non-finite when any
+        of their gradients is; the temperature's gradient equals ``alpha_loss``).
     :returns: whether to apply the step.
     """
     checks = [loss.detach().reshape(-1) for loss in losses.values()]
-    checks += [p.grad.detach().norm().reshape(1) for p in parameters if p.grad is not None]
-    return bool(torch.isfinite(torch.cat(checks)).all()) if checks else True
+    return bool(torch.isfinite(torch.cat([*checks, grad_norm.reshape(1)])).all())
 
 
-def _grad_norm(parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Return the global gradient norm, clipping the gradients to ``max_norm`` (0 = no clip)."""
-    return nn.utils.clip_grad_norm_(parameters, max_norm if max_norm > 0 else math.inf)
+def _adam(parameters: Sequence[torch.Tensor], lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel (CPU and CUDA): one call per step instead of one per tensor."""
+    return torch.optim.Adam(parameters, lr=lr, fused=True)
 
 
 class SAC:
@@ -127,12 +130,9 @@ class SAC:
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device,
                                       requires_grad=True)
         self.target_entropy = cfg.target_entropy(act_dim)
-        fused = {'fused': True} if self.device.type == 'cuda' else {}
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr,
-                                                **fused)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr,
-                                                 **fused)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, **fused)
+        self.actor_optimizer = _adam(list(self.actor.parameters()), cfg.actor_lr)
+        self.critic_optimizer = _adam(list(self.critic.parameters()), cfg.critic_lr)
+        self.alpha_optimizer = _adam([self.log_alpha], cfg.alpha_lr)
         self.policy_reg_weight = float(cfg.policy_reg_weight)
         self.reference_policy: PolicyForExport | None = None
         self.num_updates = 0
@@ -205,13 +205,20 @@ class SAC:
     def _step(self, optimizers: Sequence[torch.optim.Optimizer], parameters: list[torch.Tensor],
               clipped: list[torch.Tensor], losses: dict[str, torch.Tensor],
               guard: Guard | None) -> tuple[bool, torch.Tensor]:
-        """Apply one optimizer step unless the guard refuses it; return (applied, grad norm)."""
-        if guard is not None and not guard(losses, parameters):
-            norm = _grad_norm(clipped, 0.0)
+        """
+        Apply one optimizer step unless the guard refuses it; return (applied, grad norm).
+
+        The gradient norm of ``clipped`` is measured once: the guard judges it (a non-finite
+        gradient makes it non-finite) and the clipping scales by it.
+        """
+        grads = [p.grad for p in clipped if p.grad is not None]
+        norm = nn.utils.get_total_norm(grads)
+        if guard is not None and not guard(losses, parameters, norm):
             for optimizer in optimizers:
                 optimizer.zero_grad(set_to_none=True)
             return False, norm
-        norm = _grad_norm(clipped, self.cfg.grad_clip_norm)
+        if self.cfg.grad_clip_norm > 0:
+            nn.utils.clip_grads_with_norm_(clipped, self.cfg.grad_clip_norm, norm)
         for optimizer in optimizers:
             optimizer.step()
         return True, norm
@@ -261,8 +268,9 @@ class SAC:
             actor_params = list(self.actor.parameters())
             for _ in range(frequency):
                 noise = torch.randn(size, self.act_dim, device=obs.device)
-                total, actor_loss, alpha_loss, entropy, reg, smooth = self._call(
-                    'actor', obs, next_obs, noise, reg_weight, use_reg)
+                with _frozen(self.critic):
+                    total, actor_loss, alpha_loss, entropy, reg, smooth = self._call(
+                        'actor', obs, next_obs, noise, reg_weight, use_reg)
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 self.alpha_optimizer.zero_grad(set_to_none=True)
                 (total + alpha_loss).backward()
@@ -442,15 +450,34 @@ class SAC:
                                                else state['actor'])
         with torch.no_grad():
             self.log_alpha.copy_(state['log_alpha'])
-        self.actor_optimizer.load_state_dict(state['actor_optimizer'])
-        self.critic_optimizer.load_state_dict(state['critic_optimizer'])
-        self.alpha_optimizer.load_state_dict(state['alpha_optimizer'])
+        for name in ('actor_optimizer', 'critic_optimizer', 'alpha_optimizer'):
+            optimizer = getattr(self, name)
+            optimizer.load_state_dict(state[name])
+            # A saved group carries its kernel choice: an older checkpoint would turn the
+            # fused kernel off.
+            for group in optimizer.param_groups:
+                group.update(fused=True, foreach=None)
         self.policy_reg_weight = float(state['policy_reg_weight'])
         self.set_reference_policy(state['reference_policy'])
         counters = state['counters']
         self.num_updates = int(counters['num_updates'])
         self.num_actor_updates = int(counters['num_actor_updates'])
         self.num_skipped = int(counters['num_skipped'])
+
+
+@contextlib.contextmanager
+def _frozen(module: nn.Module) -> Iterator[None]:
+    """
+    Build graphs that differentiate through ``module`` but not into its weights.
+
+    The actor loss needs dQ/da, not the critics' weight gradients: computing them and throwing
+    them away cost about 10 % of a CPU update.
+    """
+    module.requires_grad_(False)
+    try:
+        yield
+    finally:
+        module.requires_grad_(True)
 
 
 def _check_factor(factor: float, strict: bool) -> None:
