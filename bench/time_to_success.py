@@ -23,7 +23,8 @@ Evaluation must not stop the clock it measures, so training only snapshots the p
 ``--snapshot-s`` seconds (a copy of the policy the run's evaluator would score -- the averaged
 actor with the shipped ``sac.policy_average_tau`` -- milliseconds); after training, every snapshot
 is evaluated on the same episodes with the deterministic policy, and the time to success is
-the wall-clock time of the first snapshot reaching the threshold.
+the wall-clock time of the first snapshot reaching the threshold. Each setting's updates/s and
+env steps/s over its whole budget are printed beside it.
 
 Usage: ``python bench/time_to_success.py [--quick] [--workers W] [--budget-s S]
 [--sb3-budget-s S] [--seed N]``; the last line is a JSON summary (``null`` where a setting
@@ -66,8 +67,12 @@ def _configs(budget_steps: int, seed: int):
 
 
 def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed: int = 0
-               ) -> list[tuple[float, object]]:
-    """Train as ``async-rl-train`` does (shipped defaults); return timed policy snapshots."""
+               ) -> tuple[list[tuple[float, object]], dict[str, float]]:
+    """
+    Train as ``async-rl-train`` does (shipped defaults).
+
+    :returns: timed policy snapshots, and the run's updates/s and env steps/s.
+    """
     from async_rl_ros.core.learning.metrics import MetricsLogger
     from async_rl_ros.local.train import LocalRun
 
@@ -90,11 +95,19 @@ def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed
         run.run(should_stop=stop)
     finally:
         run.close()
-    return [(t, run.learner.policy_from_state(s)) for t, s in snapshots]
+    elapsed = time.perf_counter() - start
+    rates = {'updates_per_s': run.learner.updates / elapsed,
+             'env_steps_per_s': run.learner.env_steps / elapsed}
+    return [(t, run.learner.policy_from_state(s)) for t, s in snapshots], rates
 
 
-def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0) -> list[tuple[float, object]]:
-    """Train SB3 SAC (its defaults) on the same env; return policy snapshots."""
+def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0
+            ) -> tuple[list[tuple[float, object]], dict[str, float]]:
+    """
+    Train SB3 SAC (its defaults) on the same env.
+
+    :returns: timed policy snapshots, and the run's updates/s and env steps/s.
+    """
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
     import torch
@@ -115,13 +128,16 @@ def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0) -> list[tuple[flo
             return elapsed < budget_s
 
     model.learn(10**9, callback=Snapshot())
+    elapsed = time.perf_counter() - start
+    rates = {'updates_per_s': model._n_updates / elapsed,
+             'env_steps_per_s': model.num_timesteps / elapsed}
 
     def policy(state):
         clone = copy.deepcopy(model.policy)
         clone.actor.load_state_dict(state)
         return lambda obs: clone.predict(obs, deterministic=True)[0]
 
-    return [(t, policy(s)) for t, s in snapshots]
+    return [(t, policy(s)) for t, s in snapshots], rates
 
 
 def time_to(snapshots, threshold: float, episodes: int, act_of) -> tuple[float | None, list]:
@@ -160,14 +176,15 @@ def main() -> None:
     def ours(policy):
         return lambda obs: policy(torch.as_tensor(obs)).detach().numpy()
 
-    results = {}
+    results, rates = {}, {}
     for name, train, act_of in (
             ('async', lambda: run_runner('async', args.workers, args.budget_s,
                                          args.snapshot_s, args.seed), ours),
             ('sync', lambda: run_runner('sync', args.workers, args.budget_s,
                                         args.snapshot_s, args.seed), ours),
             ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, args.seed), lambda p: p)):
-        results[name] = time_to(train(), args.threshold, args.episodes, act_of)
+        snapshots, rates[name] = train()
+        results[name] = time_to(snapshots, args.threshold, args.episodes, act_of)
         seconds, curve = results[name]  # as it comes: a later setting may fail
         print(f'{name}: {"not reached" if seconds is None else f"{seconds:.0f} s"}  '
               + ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve), flush=True)
@@ -176,14 +193,18 @@ def main() -> None:
           f'{args.episodes} episodes per snapshot), budget {args.budget_s:.0f} s for async and '
           f'sync ({args.workers or "default"} workers), {sb3_budget:.0f} s for SB3 SAC, '
           f'seed {args.seed}')
+    print(f'{"":<6} {"to target":>12} {"updates/s":>10} {"env steps/s":>12}   curve')
     for name, (seconds, curve) in results.items():
         shown = ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve)
         print(f'{name:<6} {"not reached" if seconds is None else f"{seconds:.0f} s":>12}'
+              f' {rates[name]["updates_per_s"]:10.1f} {rates[name]["env_steps_per_s"]:12.1f}'
               f'   {shown}')
     a, s = results['async'][0], results['sb3'][0]
     print(json.dumps({'async_s': a, 'sync_s': results['sync'][0], 'sb3_s': s,
                       'speedup_vs_sb3': round(s / a, 2) if a and s else None,
                       'speedup_vs_sb3_at_least': round((s or sb3_budget) / a, 2) if a else None,
+                      'updates_per_s': {k: round(v['updates_per_s'], 1)
+                                        for k, v in rates.items()},
                       'budget_s': args.budget_s, 'sb3_budget_s': sb3_budget,
                       'seed': args.seed}))
 

@@ -54,7 +54,8 @@ def test_sample_efficiency_trains_and_scores_marks():
 
 def test_time_to_success_drives_the_local_runner():
     bench = _load('time_to_success')
-    snapshots = bench.run_runner('async', 1, budget_s=3.0, snapshot_s=1.0)
+    snapshots, rates = bench.run_runner('async', 1, budget_s=3.0, snapshot_s=1.0)
     assert isinstance(snapshots, list)   # warm-up lasts longer than 3 s: no update, no snapshot
+    assert set(rates) == {'updates_per_s', 'env_steps_per_s'} and min(rates.values()) >= 0
     reached, curve = bench.time_to([], 0.95, 1, lambda policy: policy)
     assert reached is None and curve == []
