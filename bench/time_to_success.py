@@ -93,9 +93,9 @@ def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed
 
     try:
         run.run(should_stop=stop)
+        elapsed = time.perf_counter() - start  # the training, not the shutdown
     finally:
         run.close()
-    elapsed = time.perf_counter() - start
     rates = {'updates_per_s': run.learner.updates / elapsed,
              'env_steps_per_s': run.learner.env_steps / elapsed}
     return [(t, run.learner.policy_from_state(s)) for t, s in snapshots], rates

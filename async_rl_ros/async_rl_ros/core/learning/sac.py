@@ -452,11 +452,12 @@ class SAC:
             self.log_alpha.copy_(state['log_alpha'])
         for name in ('actor_optimizer', 'critic_optimizer', 'alpha_optimizer'):
             optimizer = getattr(self, name)
+            kernel = {k: optimizer.defaults[k] for k in ('fused', 'foreach')}
             optimizer.load_state_dict(state[name])
-            # A saved group carries its kernel choice: an older checkpoint would turn the
-            # fused kernel off.
+            # A saved group carries its kernel choice: keep the one :func:`_adam` made (an
+            # older checkpoint would turn the fused kernel off).
             for group in optimizer.param_groups:
-                group.update(fused=True, foreach=None)
+                group.update(kernel)
         self.policy_reg_weight = float(state['policy_reg_weight'])
         self.set_reference_policy(state['reference_policy'])
         counters = state['counters']
