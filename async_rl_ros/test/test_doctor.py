@@ -237,7 +237,7 @@ def test_all_finite_helpers():
 # ---------------------------------------------------------------------- update ratio
 def test_update_ratio_outside_band_warns_rate_limited(caplog):
     doctor, knobs = make_doctor(warn_interval_steps=100, update_ratio_window=1,
-                                update_ratio_warmup_updates=0)
+                                warmup_updates=0)
     p = nn.Parameter(torch.ones(1000, dtype=torch.float64))
     tracker = ParamDeltaTracker([p])
     with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.doctor'):
@@ -262,7 +262,7 @@ def test_update_ratio_outside_band_warns_rate_limited(caplog):
 
 def test_the_update_ratio_band_judges_a_window_not_a_single_update():
     """A healthy run's occasional large update is not a finding; a sustained drift is."""
-    doctor, _ = make_doctor(update_ratio_window=5, update_ratio_warmup_updates=0)
+    doctor, _ = make_doctor(update_ratio_window=5, warmup_updates=0)
     healthy = [5e-4, 6e-4, 2e-3, 5e-4, 4e-4, 5e-4, 1.5e-3, 6e-4]  # spikes above 1e-3
     for step, ratio in enumerate(healthy):
         doctor.begin_step(step)
@@ -279,7 +279,7 @@ def test_the_update_ratio_band_judges_a_window_not_a_single_update():
 
 def test_the_update_ratio_is_judged_after_the_warmup_updates():
     """The first Adam steps are large against the initial weights: measured, not judged."""
-    doctor, _ = make_doctor(update_ratio_window=2, update_ratio_warmup_updates=100)
+    doctor, _ = make_doctor(update_ratio_window=2, warmup_updates=100)
     for step in range(0, 100, 10):
         doctor.begin_step(step)
         assert doctor.observe_update_ratio(3e-3, 'actor')
@@ -337,7 +337,7 @@ def test_reward_scale_needs_two_workers_and_enough_samples():
 
 # ---------------------------------------------------------------------- policy divergence
 def test_policy_divergence_raises_regularization_with_cooldown():
-    doctor, knobs = make_doctor(remedy_cooldown_steps=10)
+    doctor, knobs = make_doctor(remedy_cooldown_steps=10, warmup_updates=0)
     torch.manual_seed(0)
     policy = nn.Linear(5, 3)
     probe = torch.randn(64, 5)
@@ -360,6 +360,23 @@ def test_policy_divergence_raises_regularization_with_cooldown():
     doctor.begin_step(10)
     doctor.policy_divergence(policy, {1: flipped})
     assert len(knobs.calls) == 2 and knobs.reg == pytest.approx(2.25)
+
+
+def test_policy_divergence_is_measured_but_not_judged_during_the_warmup():
+    """A young policy moves fast between versions: no remedy before ``warmup_updates``."""
+    doctor, knobs = make_doctor(warmup_updates=100)
+    torch.manual_seed(0)
+    policy, probe = nn.Linear(5, 3), torch.randn(64, 5)
+    doctor.set_probe(probe)
+    with torch.no_grad():
+        flipped = -policy(probe)
+    doctor.begin_step(99)
+    assert doctor.policy_divergence(policy, {0: flipped})[0] == pytest.approx(-1.0)
+    assert doctor.metrics()['doctor/min_policy_cosine'] == pytest.approx(-1.0)
+    assert knobs.calls == [] and doctor.detections['policy_divergence'] == 0
+    doctor.begin_step(100)
+    doctor.policy_divergence(policy, {0: flipped})
+    assert knobs.calls == [('scale_policy_regularization', 1.5)]
 
 
 def test_cosine_similarity_edge_cases():

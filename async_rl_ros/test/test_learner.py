@@ -207,7 +207,7 @@ def test_single_process_training_learns_the_reach_task_a_little(tmp_path):
 
 
 def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
-    cfg = tiny_config(tmp_path, **{'doctor.min_policy_cosine': 0.99,
+    cfg = tiny_config(tmp_path, **{'doctor.min_policy_cosine': 0.99, 'doctor.warmup_updates': 0,
                                    'doctor.remedy_cooldown_steps': 1})
     learner = Learner(cfg, OBS, ACT)
     learner.ingest(transitions(300, np.random.default_rng(5)))

@@ -203,13 +203,16 @@ class DoctorConfig(Section):
                                       'mean is compared with the band: a sustained drift is a '
                                       'finding, one large update is not (1: every '
                                       'measurement).', unit='measurements', low=1, high=10**6)
-    update_ratio_warmup_updates: int = option(10_000, 'Learner updates before the update '
-                                              'ratio is judged: the first Adam steps are large '
-                                              'against the initial weights (window means of '
-                                              'healthy default runs: up to 1.6e-3 in the first '
-                                              '3,000 updates, 1.2e-3 at 5,000 with 4 updates '
-                                              'per transition, about 4e-4 later).',
-                                              unit='updates', low=0, high=10**9)
+    warmup_updates: int = option(10_000, 'Learner updates before the doctor judges the learning '
+                                 'dynamics (measured and published all along): the update '
+                                 'ratio, since the first Adam steps are large against the '
+                                 'initial weights (window means of healthy default runs: up to '
+                                 '1.6e-3 in the first 3,000 updates, 1.2e-3 at 5,000 with 4 '
+                                 'updates per transition, about 4e-4 later), and the policy '
+                                 'divergence, since the young policy moves fast (action cosines '
+                                 'of 0.71-0.81 to the version a worker acted with after 270-370 '
+                                 'updates of default async runs).',
+                                 unit='updates', low=0, high=10**9)
     reward_scale_factor: float = option(3.0, 'Largest allowed ratio between a worker reward scale '
                                         'and the median scale of the workers.',
                                         low=1.0, high=1e6, low_open=True)

@@ -27,8 +27,7 @@ Detectors (symptom -> remedy):
   good snapshot (:class:`GoodState`);
 * ``publish``: NaN/Inf in the weights about to go to workers -> do not publish;
 * ``update_ratio``: ``||dtheta|| / ||theta||`` of an update outside
-  ``[update_ratio_low, update_ratio_high]`` (judged after ``update_ratio_warmup_updates``)
-  -> none, a warning only;
+  ``[update_ratio_low, update_ratio_high]`` -> none, a warning only;
 * ``reward_scale``: a worker's reward scale differs from the workers' median by more than
   ``reward_scale_factor`` -> none (the worker is misconfigured; a person must look);
 * ``policy_divergence``: cosine similarity between the current policy's actions and a worker
@@ -39,7 +38,10 @@ Detectors (symptom -> remedy):
 * ``staleness``: mean parameter-version lag of incoming transitions above ``max_policy_lag``
   -> ``scale_learning_rate(lag_learning_rate_factor)`` (-20 %).
 
-Remedies of one detector are at least ``remedy_cooldown_steps`` learner updates apart, and the
+The update ratio and the policy divergence -- the learning dynamics -- are measured and
+published from the first update but judged only after ``warmup_updates``: the first Adam steps
+are large and a young policy moves fast without anything being wrong. Remedies of one
+detector are at least ``remedy_cooldown_steps`` learner updates apart, and the
 warnings of one detector at least ``warn_interval_steps`` apart; detections in between are
 still counted (``doctor/detections/<detector>``). The doctor's notion of time is the learner
 update counter it is given by :meth:`Doctor.begin_step`.

@@ -271,8 +271,8 @@ class Doctor:
         """
         Record an update ratio; compare the mean of the last ``update_ratio_window`` with the band.
 
-        The band is not applied before ``update_ratio_warmup_updates`` (the first Adam steps are
-        large against the initial weights); the ratio and its mean are published all along.
+        The band is not applied before ``warmup_updates`` (the first Adam steps are large
+        against the initial weights); the ratio and its mean are published all along.
 
         :param ratio: ``||dtheta|| / ||theta||``, e.g. from :class:`ParamDeltaTracker`.
         :param name: network name (``actor``, ``critic``) for the metric and the log.
@@ -294,7 +294,7 @@ class Doctor:
         mean = statistics.fmean(window)
         self._values['update_ratio_mean' + (f'/{name}' if name else '')] = mean
         low, high = self.cfg.update_ratio_low, self.cfg.update_ratio_high
-        if low <= mean <= high or self.step < self.cfg.update_ratio_warmup_updates:
+        if low <= mean <= high or self.step < self.cfg.warmup_updates:
             return True
         side = 'below' if mean < low else 'above'
         label = f'{name} ' if name else ''
@@ -365,7 +365,9 @@ class Doctor:
 
         Use deterministic (mean) actions. Below ``min_policy_cosine`` the remedy raises the
         policy regularization weight by ``policy_regularization_factor``, pulling the learner's
-        policy towards the behaviour that generated the data.
+        policy towards the behaviour that generated the data. The cosines are published from
+        the start but not judged before ``warmup_updates``: a young policy moves fast between
+        versions without anything being wrong.
 
         :param current: actions of the current policy on the probe, or a callable that maps the
             probe observations to them.
@@ -388,7 +390,7 @@ class Doctor:
         value = cosines[worst]
         self._values['min_policy_cosine'] = value
         threshold = self.cfg.min_policy_cosine
-        if value < threshold:
+        if value < threshold and self.step >= self.cfg.warmup_updates:
             self._detect('policy_divergence', f'worker {worst} policy diverged from the current '
                          'one (action cosine on the probe batch)', value, threshold,
                          knob='scale_policy_regularization',
