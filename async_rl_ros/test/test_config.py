@@ -189,3 +189,10 @@ def test_integer_lists_stay_integers_and_reject_fractions():
     assert all(type(h) is int for h in cfg.sac.hidden_sizes)
     with pytest.raises(ConfigError, match='sac.hidden_sizes'):
         LearnerConfig().replace(**{'sac.hidden_sizes': [64.5]})
+
+
+def test_the_update_to_data_cap_is_at_least_both_floors():
+    for floor in ('updates_per_step', 'min_updates_per_step'):
+        with pytest.raises(ConfigError, match='max_updates_per_step.*min_updates_per_step'):
+            LearnerConfig().replace(**{floor: 5.0})
+    assert LearnerConfig().replace(min_updates_per_step=0.25).min_updates_per_step == 0.25

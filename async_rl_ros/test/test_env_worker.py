@@ -102,10 +102,12 @@ def test_pacer_pauses_only_while_ahead_of_the_learner():
     assert not pacer.should_pause(10**7)
 
 
-def test_learner_wants_learning_starts_then_one_transition_per_update(tmp_path):
+def test_learner_wants_learning_starts_then_transitions_at_min_updates_per_step(tmp_path):
+    # The limit follows the free-running floor, not the lockstep ratio (updates_per_step 2).
     cfg = LearnerConfig().replace(**{
-        'learning_starts': 500, 'batch.initial_batch': 64, 'updates_per_step': 0.5,
+        'learning_starts': 500, 'batch.initial_batch': 64, 'min_updates_per_step': 0.5,
         'checkpoint.directory': str(tmp_path)})
+    assert cfg.updates_per_step == 2.0
     learner = Learner(cfg, 21, 6)
     assert learner.env_steps_wanted(slack=100) == 600
     learner.updates = 50
@@ -116,7 +118,7 @@ def test_a_resumed_learner_without_its_replay_wants_the_refill(tmp_path):
     # Resumed from a checkpoint without the replay buffer: counters say 11,456 transitions, the
     # replay is empty. The workers must be allowed the 500 it needs before updates can start.
     cfg = LearnerConfig().replace(**{
-        'learning_starts': 500, 'batch.initial_batch': 64, 'updates_per_step': 0.5,
+        'learning_starts': 500, 'batch.initial_batch': 64, 'min_updates_per_step': 0.5,
         'checkpoint.directory': str(tmp_path)})
     learner = Learner(cfg, 21, 6)
     learner.env_steps, learner.updates = 11_456, 100

@@ -102,7 +102,8 @@ def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
 def test_async_workers_keep_to_the_update_to_data_ratio(tmp_path, ratio):
     """Free-running workers would send 100x what the learner uses; the limit holds them."""
     env_cfg, learner_cfg, runner_cfg = configs(
-        tmp_path, 'async', 2500, learner={'rate_limit_slack': 300, 'updates_per_step': ratio,
+        tmp_path, 'async', 2500, learner={'rate_limit_slack': 300, 'updates_per_step': 1.0,
+                                          'min_updates_per_step': ratio,
                                           'max_updates_per_step': 1.0})
     run = train_to_the_end(env_cfg, learner_cfg, runner_cfg)
     learner = run.learner

@@ -168,9 +168,9 @@ class Learner:
         """
         Return how many transitions in total the learner can use now (the workers' rate limit).
 
-        As in single-process training: ``learning_starts`` transitions before the first
-        update, then one per ``1 / updates_per_step`` updates, plus ``slack`` that workers may
-        run ahead; a sample-to-insert limiter in the manner of Reverb (Cassirer et al., 2021).
+        ``learning_starts`` transitions before the first update, then one per
+        ``1 / min_updates_per_step`` updates, plus ``slack`` that workers may run ahead; a
+        sample-to-insert limiter in the manner of Reverb (Cassirer et al., 2021).
         Transitions the replay still lacks before updates can start are always wanted, so a
         run resumed without its replay buffer refills it instead of waiting for updates that
         cannot come.
@@ -178,7 +178,7 @@ class Learner:
         :param slack: transitions allowed beyond the update-to-data ratio.
         """
         floor = max(self.cfg.learning_starts, self.batch_sizer.batch_size)
-        by_ratio = int(floor + self.updates / self.cfg.updates_per_step)
+        by_ratio = int(floor + self.updates / self.cfg.min_updates_per_step)
         missing = floor - len(self.replay)
         if missing > 0:  # not ready: the replay's refill is always wanted
             by_ratio = max(by_ratio, self.env_steps + missing)

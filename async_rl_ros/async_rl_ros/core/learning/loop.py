@@ -24,12 +24,14 @@ Every way of training drives this loop; only its two ports differ:
   or through the sharded parameter server to worker processes or ROS 2 topics.
 
 One iteration takes what the source has, ingests it, then runs one gradient update if the
-learner owes one. The update-to-data ratio is bounded from both sides: a lockstep source
-(``blocking``) is asked for data only once the learner has done ``learner.updates_per_step``
-updates per transition, as in single-process SAC; a free-running source is rate-limited from
-the other side (:meth:`Learner.env_steps_wanted`, the workers' allowance) while the learner
-may run up to ``learner.max_updates_per_step`` updates per transition -- so a slow source,
-such as a physical arm at 25 Hz, gets every update the learner can do, up to that cap.
+learner owes one. A lockstep source (``blocking``) is asked for data only once the learner
+has done ``learner.updates_per_step`` updates per transition, as in single-process SAC. For a
+free-running source the update-to-data ratio floats between two bounds: simulated workers are
+rate-limited (:meth:`Learner.env_steps_wanted`, the workers' allowance) once the learner
+would fall below ``learner.min_updates_per_step`` -- their steps cost the learner nothing but
+the ingest, so it gets all the fresh data it can use -- and the learner runs up to
+``learner.max_updates_per_step`` updates per transition, so a slow source, such as a
+physical arm at 25 Hz, gets every update the learner can do, up to that cap.
 
 Weights are committed every ``commit_every`` updates, and before a lockstep source is asked
 for data. No policy is published before ``learner.warmup_steps`` transitions arrived: workers

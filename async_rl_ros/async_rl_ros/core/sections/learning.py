@@ -312,19 +312,28 @@ class LearnerConfig(Section):
                                'policy takes over.', unit='steps', low=0, high=INT32_MAX,
                                read_only=True)
     updates_per_step: float = option(2.0, 'Gradient updates per env step (update-to-data '
-                                     'ratio) the learner keeps up with: single-process and '
-                                     'sync training do exactly this many; free-running '
-                                     'workers are rate-limited so that the learner never '
-                                     'falls below it.', low=0.0, high=64.0, low_open=True)
+                                     'ratio) of lockstep training: single-process and sync '
+                                     'training do exactly this many, each env step costing the '
+                                     'learner its wait (free-running workers: '
+                                     'min_updates_per_step).', low=0.0, high=64.0,
+                                     low_open=True)
+    min_updates_per_step: float = option(1.0, 'Fewest gradient updates per env step that '
+                                         'free-running simulated workers may bring the learner '
+                                         'down to (the rate limit): their steps cost the '
+                                         'learner only the ingest, so fresher data at the '
+                                         'same updates/s is worth more than a higher ratio.',
+                                         low=0.0, high=64.0, low_open=True)
     max_updates_per_step: float = option(4.0, 'Most gradient updates per env step when data '
                                          'arrives slower than the learner can use it (a '
                                          'physical arm): the learner then runs up to this '
-                                         'ratio; at least updates_per_step.', low=0.0,
-                                         high=64.0, low_open=True)
+                                         'ratio; at least updates_per_step and '
+                                         'min_updates_per_step.', low=0.0, high=64.0,
+                                         low_open=True)
     rate_limit_slack: int = option(2000, 'Transitions free-running simulated workers may run '
-                                   'ahead of updates_per_step before they pause (they skip '
-                                   'stepping, never wait for a reply; real arms never pause); '
-                                   '0: no limit.', unit='transitions', low=0, high=10**9)
+                                   'ahead of min_updates_per_step before they pause (they '
+                                   'skip stepping, never wait for a reply; real arms never '
+                                   'pause); 0: no limit.', unit='transitions', low=0,
+                                   high=10**9)
     total_env_steps: int = option(30_000, 'Training budget (with the shipped defaults the '
                                   'evaluated success reached 95 % at 15,000-20,000 env steps '
                                   'in the runs so far).', unit='steps', low=1,
@@ -345,6 +354,8 @@ class LearnerConfig(Section):
 
     def check(self, source: str | None, prefix: str) -> None:
         """Refuse an update-to-data cap below the ratio the learner keeps up with."""
-        if self.max_updates_per_step < self.updates_per_step:
+        floor = max(self.updates_per_step, self.min_updates_per_step)
+        if self.max_updates_per_step < floor:
             raise ConfigError(f'{prefix}max_updates_per_step', self.max_updates_per_step,
-                              f'>= updates_per_step = {self.updates_per_step}', source)
+                              f'>= updates_per_step = {self.updates_per_step} and '
+                              f'min_updates_per_step = {self.min_updates_per_step}', source)
