@@ -27,7 +27,7 @@ while the learner updates and publishes), the baseline of the design write-up's 
 
 Async rate limit: simulated workers step ~100x faster than a CPU learner updates. Workers
 may run ``learner.rate_limit_slack`` transitions ahead of what the learner can use at
-``learner.min_updates_per_step``
+``learner.min_updates_per_step`` updates per transition
 (:meth:`~async_rl_ros.core.learning.learner.Learner.env_steps_wanted`); beyond that they skip
 stepping, still polling weights -- a sample-to-insert limiter in the manner of Reverb
 (Cassirer et al., 2021), never a round trip with the learner. The counters live in lock-free

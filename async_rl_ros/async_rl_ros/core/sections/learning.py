@@ -353,7 +353,7 @@ class LearnerConfig(Section):
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
 
     def check(self, source: str | None, prefix: str) -> None:
-        """Refuse an update-to-data cap below the ratio the learner keeps up with."""
+        """Refuse an update-to-data cap below the lockstep ratio or the free-running floor."""
         floor = max(self.updates_per_step, self.min_updates_per_step)
         if self.max_updates_per_step < floor:
             raise ConfigError(f'{prefix}max_updates_per_step', self.max_updates_per_step,
