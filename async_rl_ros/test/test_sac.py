@@ -287,7 +287,7 @@ def test_polyak_target_update():
 def test_averaged_actor_is_a_polyak_average_of_the_online_actor():
     off = make_sac(policy_average_tau=0.0)
     assert off.actor_average is None and off.evaluated_actor is off.actor
-    sac = make_sac(policy_average_tau=0.25)
+    sac = make_sac(policy_average_tau=0.25, policy_average_fraction=0.0)
     assert sac.evaluated_actor is sac.actor_average
     assert same(snapshot(sac.actor_average), snapshot(sac.actor))  # starts at the actor
     before = snapshot(sac.actor_average)
@@ -299,11 +299,29 @@ def test_averaged_actor_is_a_polyak_average_of_the_online_actor():
     assert not any(p.requires_grad for p in sac.actor_average.parameters())
     # Saved and restored; a checkpoint without an average starts it at its actor.
     state = copy.deepcopy(sac.state_dict())
-    other = make_sac(seed=5, policy_average_tau=0.25)
+    other = make_sac(seed=5, policy_average_tau=0.25, policy_average_fraction=0.0)
     other.load_state_dict(state)
     assert same(snapshot(other.actor_average), snapshot(sac.actor_average))
     other.load_state_dict({**state, 'actor_average': None})
     assert same(snapshot(other.actor_average), online)
+
+
+def test_actor_average_window_grows_with_training():
+    # Constant factor until 1 / tau updates are less than the fraction of the updates so far,
+    # then 1 / (fraction * t): the update after a skip or a resume uses the counter it reached.
+    sac = make_sac(policy_average_tau=0.01, policy_average_fraction=0.5)
+    assert sac.average_factor() == 0.01
+    sac.num_updates = 199   # t = 200: 1 / (0.5 * 200) = 0.01, the crossover
+    assert sac.average_factor() == pytest.approx(0.01)
+    sac.num_updates = 999
+    assert sac.average_factor() == pytest.approx(0.002)
+    before = snapshot(sac.actor_average)
+    sac.update(make_batch())
+    for new, now, old in zip(sac.actor_average.parameters(), snapshot(sac.actor), before):
+        torch.testing.assert_close(new, 0.002 * now + 0.998 * old)
+    fixed = make_sac(policy_average_tau=0.01, policy_average_fraction=0.0)
+    fixed.num_updates = 10**6
+    assert fixed.average_factor() == 0.01
 
 
 @pytest.mark.parametrize('scale, direction', [(10.0, -1), (-10.0, 1)])

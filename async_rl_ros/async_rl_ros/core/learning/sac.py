@@ -296,10 +296,11 @@ class SAC:
         # Reinforcement Learning with Weight Averaging"): late updates that swing the
         # deterministic policy in and out of the goal are averaged out of what is evaluated.
         if self.actor_average is not None:
+            weight = self.average_factor()
             with torch.no_grad():
                 for average, online in zip(self.actor_average.parameters(),
                                            self.actor.parameters()):
-                    average.lerp_(online, self.cfg.policy_average_tau)
+                    average.lerp_(online, weight)
         # Drop every gradient now: under CUDA graphs they alias memory the next replay reuses.
         for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer):
             optimizer.zero_grad(set_to_none=True)
@@ -394,6 +395,20 @@ class SAC:
         """
         actor = self.evaluated_actor if evaluated else self.actor
         return actor.deterministic_policy(obs_mean, obs_std)
+
+    def average_factor(self) -> float:
+        """
+        Return the weight the averaged actor moves towards the online one at this update.
+
+        ``policy_average_tau`` while ``1 / tau`` updates span less than ``policy_average_fraction``
+        of the updates so far, then ``1 / (fraction * t)``: late in a run the average spans the
+        last fifth of training (by default) instead of a fixed 3,300 updates, so a swing of the
+        online actor moves it less the longer the policy has been good.
+        """
+        tau, fraction = self.cfg.policy_average_tau, self.cfg.policy_average_fraction
+        if fraction <= 0.0:
+            return tau
+        return min(tau, 1.0 / (fraction * (self.num_updates + 1)))
 
     @property
     def evaluated_actor(self) -> Actor:

@@ -127,7 +127,15 @@ class SACConfig(Section):
         3e-4, 'Polyak factor of the averaged actor, updated after every critic step: the '
         'evaluator scores it and the best scored one is exported, while workers keep acting '
         'with the online actor (weight averaging, Nikishin et al. 2018; 0 = the online actor '
-        'is evaluated and exported).', low=0.0, high=1.0, read_only=True)
+        'is evaluated and exported; the largest factor once the growing window below '
+        'applies).', low=0.0, high=1.0, read_only=True)
+    policy_average_fraction: float = option(
+        0.2, 'Smallest span of the actor average as a fraction of the updates so far: the '
+        'factor after update t is min(policy_average_tau, 1 / (fraction * t)), so the window '
+        'grows with training once it passes 1 / policy_average_tau updates (an average whose '
+        'width is a fixed fraction of training time, as the power-function EMA of Karras et '
+        'al. 2024, EDM2; 0 = the constant factor policy_average_tau).', low=0.0, high=1.0,
+        read_only=True)
     device: str = option('auto', 'Device of the learner; auto picks CUDA when present.',
                          choices=('auto', 'cpu', 'cuda'), read_only=True)
     compile: str = option(  # noqa: A003 -- the option's public name
