@@ -308,7 +308,7 @@ def test_averaged_actor_is_a_polyak_average_of_the_online_actor():
 
 def test_actor_average_window_grows_with_training():
     # Constant factor until 1 / tau updates are less than the fraction of the updates so far,
-    # then 1 / (fraction * t): the update after a skip or a resume uses the counter it reached.
+    # then 1 / (fraction * t), t read from the update counter (restored with a checkpoint).
     sac = make_sac(policy_average_tau=0.01, policy_average_fraction=0.5)
     assert sac.average_factor() == 0.01
     sac.num_updates = 199   # t = 200: 1 / (0.5 * 200) = 0.01, the crossover

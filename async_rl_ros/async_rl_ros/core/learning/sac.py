@@ -400,10 +400,10 @@ class SAC:
         """
         Return the weight the averaged actor moves towards the online one at this update.
 
-        ``policy_average_tau`` while ``1 / tau`` updates span less than ``policy_average_fraction``
-        of the updates so far, then ``1 / (fraction * t)``: late in a run the average spans the
-        last fifth of training (by default) instead of a fixed 3,300 updates, so a swing of the
-        online actor moves it less the longer the policy has been good.
+        ``policy_average_tau`` while its window of ``1 / tau`` updates spans at least
+        ``policy_average_fraction`` of the ``t`` updates so far, then ``1 / (fraction * t)``:
+        late in a run the average spans that fraction of training instead of a fixed
+        ``1 / tau`` updates, so a swing of the online actor moves it less the longer the run.
         """
         tau, fraction = self.cfg.policy_average_tau, self.cfg.policy_average_fraction
         if fraction <= 0.0:
