@@ -26,10 +26,10 @@ Every ``--eval-every`` env steps the deterministic policy is evaluated on the sa
 episodes (fixed seed; with 20, a policy that succeeds 95 % of the time scores below 90 % at
 one mark in 13, so "stays >= 90 %" would judge the evaluation's noise; with 40, one in 21).
 For this learner that is the policy its evaluator scores and a run exports: the averaged
-actor when ``sac.policy_average_tau > 0``, and then the online actor too, in a row of its
-own. Reported per run: the success rate at those marks, the env steps and training seconds
-(evaluations excluded) to the first mark at >= 95 %, and whether every later mark stays
->= 90 %.
+actor when ``sac.policy_average_tau > 0`` (its window set by ``sac.policy_average_fraction``),
+and then the online actor too, in a row of its own. Reported per run: the success rate at
+those marks, the env steps and training seconds (evaluations excluded) to the first mark at
+>= 95 %, and whether every later mark stays >= 90 %.
 
 ``--sb3-steps`` gives SB3 a shorter budget (its runs are the slow part of the bench); its
 steps to 95 % then read "not within that budget".

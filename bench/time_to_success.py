@@ -21,10 +21,11 @@ Each setting trains alone on the machine (one after the other): async and sync a
 ``--sb3-budget-s`` (default three times as long, so that a "3x faster" can be seen).
 Evaluation must not stop the clock it measures, so training only snapshots the policy every
 ``--snapshot-s`` seconds (a copy of the policy the run's evaluator would score -- the averaged
-actor with the shipped ``sac.policy_average_tau`` -- milliseconds); after training, every snapshot
-is evaluated on the same episodes with the deterministic policy, and the time to success is
-the wall-clock time of the first snapshot reaching the threshold. Each setting's updates/s and
-env steps/s over its whole budget are printed beside it.
+actor, with the shipped ``sac.policy_average_tau`` and ``sac.policy_average_fraction`` --
+milliseconds); after training, every snapshot is evaluated on the same episodes with the
+deterministic policy, and the time to success is the wall-clock time of the first snapshot
+reaching the threshold. Each setting's updates/s and env steps/s over its whole budget are
+printed beside it.
 
 Usage: ``python bench/time_to_success.py [--quick] [--workers W] [--budget-s S]
 [--sb3-budget-s S] [--seed N]``; the last line is a JSON summary (``null`` where a setting
