@@ -66,7 +66,8 @@ def _small_config(directory: str) -> str:
     """Write the shipped config with a small, fast learner; return its path."""
     tree = yaml.safe_load(CONFIG.read_text(encoding='utf-8'))
     learner = tree['learner']['ros__parameters']
-    learner.update(learning_starts=256, warmup_steps=256, eval_every=300, eval_episodes=2)
+    learner.update(learning_starts=256, warmup_steps=256, eval_every=300, eval_episodes=2,
+                   final_eval_episodes=2)
     learner['sac']['hidden_sizes'] = [32, 32]
     learner['replay']['capacity'] = 50000
     learner['batch'].update(initial_batch=64, min_batch=32)

@@ -242,6 +242,7 @@ def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
     """At the budget's end the ROS learner ends a run as the local runner does."""
     learner = LearnerNode(parameter_overrides=[
         Parameter('log_dir', value=str(tmp_path)), Parameter('eval_episodes', value=2),
+        Parameter('final_eval_episodes', value=3),
         Parameter('checkpoint.directory', value=str(tmp_path / 'checkpoints')),
         Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16])])
     try:
@@ -253,7 +254,7 @@ def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
     assert not learner.evaluator.process.is_alive()
     summary = json.loads((tmp_path / 'summary.json').read_text(encoding='utf-8'))
     assert summary['evaluations'] == 1          # the last policy, scored at the end
-    assert summary['eval_episodes'] == 2        # the exported one, on held-out episodes
+    assert summary['eval_episodes'] == 3        # the exported one, on held-out episodes
     assert 0.0 <= summary['eval_success_rate'] <= 1.0
     assert 'last_policy_success_rate' in summary and 'exported_policy_version' in summary
     assert (tmp_path / 'policy.pt').is_file()

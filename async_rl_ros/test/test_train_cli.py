@@ -34,7 +34,7 @@ import torch
 TINY = ['--set', 'learner.sac.hidden_sizes=[32, 32]', '--set', 'learner.batch.initial_batch=64',
         '--set', 'learner.batch.min_batch=8', '--set', 'learner.learning_starts=100',
         '--set', 'learner.warmup_steps=100', '--set', 'learner.eval_every=0',
-        '--set', 'learner.replay.capacity=20000', '--episodes', '2']
+        '--set', 'learner.replay.capacity=20000', '--set', 'learner.final_eval_episodes=2']
 
 
 posix = pytest.mark.skipif(sys.platform == 'win32', reason='POSIX signals')
@@ -101,6 +101,8 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     assert 'SAC async' in out and 'held-out success rate' in out
     assert 'held-out env steps/s' not in out  # the evaluation's own rate is not the run's
     assert re.search(r'^outcome\s+finished$', out, re.MULTILINE), out
+    # The exported policy is judged on learner.final_eval_episodes held-out episodes.
+    assert re.search(r'^held-out episodes\s+2$', out, re.MULTILINE), out
     # stderr is a pipe, not a terminal: plain progress lines, no carriage returns.
     lines = re.findall(r'^async: (\d+)/400 steps', err, re.MULTILINE)
     assert len(lines) >= 2 and int(lines[-1]) >= 400, err
@@ -121,9 +123,11 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
 def test_resume_continues_from_the_checkpoint(tmp_path):
     first = run_cli(tmp_path, '--steps', '300', '--mode', 'single')
     assert first.wait(timeout=600) == 0
-    second = run_cli(tmp_path, '--steps', '500', '--resume', '--mode', 'single')
+    second = run_cli(tmp_path, '--steps', '500', '--resume', '--mode', 'single',
+                     '--episodes', '3')
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
+    assert re.search(r'^held-out episodes\s+3$', out, re.MULTILINE), out  # --episodes wins
     assert 'resumed from' in err and 'at 300 env steps' in err
     assert re.search(r'^env steps, updates\s+500, ', out, re.MULTILINE), out
     # A truncated newest checkpoint: named as skipped, the older one is loaded.

@@ -45,6 +45,8 @@ import yaml
 __all__ = ['main', 'default_config_path', 'parse_overrides', 'print_table', 'summary_rows']
 
 EXIT_CONFIG_ERROR = EXIT_BAD_INPUT
+#: Episodes a scripted or random controller runs when ``--episodes`` is not given.
+CONTROLLER_EPISODES = 20
 
 
 def default_config_path() -> Path | None:
@@ -156,8 +158,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         help='training budget in env steps (learner.total_env_steps)')
     parser.add_argument('--resume', action='store_true',
                         help='continue from the newest checkpoint of learner.checkpoint.directory')
-    parser.add_argument('--episodes', type=int, default=20,
-                        help='episodes to run (scripted/random) or to evaluate at the end (sac)')
+    parser.add_argument('--episodes', type=int, default=None,
+                        help='episodes to run (scripted/random, default 20) or the held-out '
+                        'episodes that judge the exported policy (sac, default '
+                        'learner.final_eval_episodes)')
     parser.add_argument('--render', action='store_true',
                         help='open the PyBullet GUI to watch a controller (needs a display)')
     return parser
@@ -165,7 +169,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _load(args: argparse.Namespace
           ) -> tuple[Path | None, EnvWorkerConfig, LearnerConfig, LocalRunnerConfig]:
-    if args.episodes < 1:
+    if args.episodes is not None and args.episodes < 1:
         raise ConfigError('--episodes', args.episodes, '>= 1')
     if args.steps is not None and args.steps < 1:
         raise ConfigError('--steps', args.steps, '>= 1')
@@ -210,7 +214,7 @@ def _control(args: argparse.Namespace, stop: StopRequest) -> int:
         else:
             env.action_space.seed(env_cfg.seed)
             policy = (lambda _obs: env.action_space.sample())  # noqa: E731
-        stats = run_episodes(env, policy, args.episodes, env_cfg.seed,
+        stats = run_episodes(env, policy, args.episodes or CONTROLLER_EPISODES, env_cfg.seed,
                              progress=sys.stderr.isatty())
     finally:
         env.close()

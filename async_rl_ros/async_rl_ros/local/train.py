@@ -176,7 +176,8 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
     :param runner_cfg: the ``local_runner`` section.
     :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
     :param progress: show a progress bar.
-    :param eval_episodes: final evaluation episodes (default: ``cfg.eval_episodes``).
+    :param eval_episodes: held-out episodes of the final evaluation (default:
+        ``cfg.final_eval_episodes``).
     :param stop: a :class:`~async_rl_ros.local.lifecycle.StopRequest` (default: one that
         handles SIGINT and SIGTERM during the run).
     """
@@ -208,7 +209,7 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
         finally:
             bar.close()
         result, evaluation = run.finish(
-            eval_episodes or cfg.eval_episodes,
+            eval_episodes or cfg.final_eval_episodes,
             {'interrupted': interrupted,
              'seconds_training': round(time.perf_counter() - start, 3)})
     finally:

@@ -349,8 +349,12 @@ class LearnerConfig(Section):
     eval_every: int = option(2_500, 'Env steps between two policy snapshots scored by the '
                              'evaluator (0: none); the best one is exported.',
                              unit='steps', low=0, high=10**12, read_only=True)
-    eval_episodes: int = option(20, 'Episodes per evaluation.', low=1, high=100_000,
-                                read_only=True)
+    eval_episodes: int = option(20, 'Episodes per evaluation of a snapshot.', low=1,
+                                high=100_000, read_only=True)
+    final_eval_episodes: int = option(100, 'Held-out episodes (seeds no snapshot was chosen '
+                                      'by) that judge the exported policy when a run ends; '
+                                      'its summary reports their success rate.', low=1,
+                                      high=100_000, read_only=True)
     log_dir: str = option('runs/async_rl', 'Directory of TensorBoard logs, the learning curve, '
                           'checkpoints and the exported policy.', read_only=True)
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
