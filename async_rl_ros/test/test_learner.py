@@ -323,3 +323,20 @@ def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(t
     reference = learner.policy_from_state(good)
     with torch.no_grad():
         torch.testing.assert_close(exported(obs), reference(obs))
+
+
+def test_the_final_evaluation_scores_like_the_evaluator_and_judges_on_more_episodes(tmp_path):
+    """The last policy is scored as every snapshot was; the held-out judge has its own count."""
+    from async_rl_ros.core.workers.inline import final_evaluation
+    from async_rl_ros.envs.reach_env import make_reach_env
+
+    env = make_reach_env()
+    try:
+        learner = Learner(tiny_config(tmp_path), env.observation_space.shape[0],
+                          env.action_space.shape[0])
+        evaluate = final_evaluation(env, (32, 32), episodes=2, held_out_episodes=3)
+        state = learner.policy_state()
+        assert evaluate(state, False).episodes == 2   # learner.eval_episodes
+        assert evaluate(state, True).episodes == 3    # learner.final_eval_episodes
+    finally:
+        env.close()

@@ -147,14 +147,15 @@ class LocalRun:
         while self._stoppers:
             self._stoppers.pop(0)()
 
-    def finish(self, eval_episodes: int, extra: dict[str, Any]
+    def finish(self, held_out_episodes: int, extra: dict[str, Any]
                ) -> tuple[RunResult, EpisodeStats]:
         """Score the last policy, export the best, evaluate it on held-out episodes."""
         extra = {'mode': self.mode, **extra}
         extra.update(self.source.summary())  # workers, weights received
-        run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
-                         evaluate=final_evaluation(self.eval_env, self.cfg.sac.hidden_sizes,
-                                                   eval_episodes), extra=extra)
+        judge = final_evaluation(self.eval_env, self.cfg.sac.hidden_sizes,
+                                 self.cfg.eval_episodes, held_out_episodes)
+        run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title, evaluate=judge,
+                         extra=extra)
         return run, run.evaluation or EpisodeStats()
 
     def close(self) -> None:

@@ -132,19 +132,25 @@ class PolicyEvaluator:
         return out
 
 
-def final_evaluation(env: Any, hidden: Sequence[int], episodes: int
+def final_evaluation(env: Any, hidden: Sequence[int], episodes: int, held_out_episodes: int
                      ) -> Callable[[PolicyState, bool], EpisodeStats]:
     """
     Return the final evaluation ``evaluate(state, held_out)`` that ``finish_run`` takes.
 
-    ``held_out=False`` scores on the evaluator's episodes (:data:`EVAL_SEED`), ``True`` on
-    episodes no snapshot was chosen by (:data:`HELD_OUT_SEED`); every runner ends this way.
+    ``held_out=False`` scores like the evaluator did during the run (``episodes`` episodes
+    from :data:`EVAL_SEED`), so that the last policy competes with the scored snapshots on
+    equal terms; ``True`` runs ``held_out_episodes`` episodes no snapshot was chosen by
+    (from :data:`HELD_OUT_SEED`). Every runner ends this way.
 
     :param env: the evaluation environment (a simulated arm).
     :param hidden: hidden layer widths of the actor.
-    :param episodes: episodes per evaluation.
+    :param episodes: episodes per snapshot evaluation (``learner.eval_episodes``).
+    :param held_out_episodes: episodes judging the exported policy
+        (``learner.final_eval_episodes``).
     """
+    evaluator = PolicyEvaluator(env, hidden, episodes, seed=EVAL_SEED)
+    judge = PolicyEvaluator(env, hidden, held_out_episodes, seed=HELD_OUT_SEED)
+
     def evaluate(state: PolicyState, held_out: bool) -> EpisodeStats:
-        return PolicyEvaluator(env, hidden, episodes,
-                               seed=HELD_OUT_SEED if held_out else EVAL_SEED).score(state)
+        return (judge if held_out else evaluator).score(state)
     return evaluate
