@@ -194,7 +194,7 @@ def _train(args: argparse.Namespace, stop: StopRequest) -> int:
     config_path, env_cfg, learner_cfg, runner_cfg = _load(args)
     from async_rl_ros.local.train import train
     result = train(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
-                   eval_episodes=args.episodes, stop=stop)
+                   held_out_episodes=args.episodes, stop=stop)
     print_table(f'UR5 reach, SAC {runner_cfg.mode} (config: {config_path})',
                 summary_rows(result.summary, result.evaluation, stop.outcome))
     if stop.failure is not None:

@@ -167,7 +167,7 @@ class LocalRun:
 
 def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
           runner_cfg: LocalRunnerConfig | None = None, *, resume: bool = False,
-          progress: bool = True, eval_episodes: int | None = None,
+          progress: bool = True, held_out_episodes: int | None = None,
           stop: StopRequest | None = None) -> TrainResult:
     """
     Train SAC on the reach task (``local_runner.mode``: single, async or sync).
@@ -177,7 +177,7 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
     :param runner_cfg: the ``local_runner`` section.
     :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
     :param progress: show a progress bar.
-    :param eval_episodes: held-out episodes of the final evaluation (default:
+    :param held_out_episodes: episodes of the final, held-out evaluation (default:
         ``cfg.final_eval_episodes``).
     :param stop: a :class:`~async_rl_ros.local.lifecycle.StopRequest` (default: one that
         handles SIGINT and SIGTERM during the run).
@@ -210,7 +210,7 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
         finally:
             bar.close()
         result, evaluation = run.finish(
-            eval_episodes or cfg.final_eval_episodes,
+            held_out_episodes or cfg.final_eval_episodes,
             {'interrupted': interrupted,
              'seconds_training': round(time.perf_counter() - start, 3)})
     finally:
