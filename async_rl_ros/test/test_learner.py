@@ -332,9 +332,9 @@ def test_the_final_evaluation_scores_like_the_evaluator_and_judges_on_more_episo
 
     env = make_reach_env()
     try:
-        learner = Learner(tiny_config(tmp_path), env.observation_space.shape[0],
-                          env.action_space.shape[0])
-        evaluate = final_evaluation(env, (32, 32), episodes=2, held_out_episodes=3)
+        cfg = tiny_config(tmp_path, eval_episodes=2, final_eval_episodes=3)
+        learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
+        evaluate = final_evaluation(env, cfg)
         state = learner.policy_state()
         assert evaluate(state, False).episodes == 2   # learner.eval_episodes
         assert evaluate(state, True).episodes == 3    # learner.final_eval_episodes

@@ -177,6 +177,8 @@ def _load(args: argparse.Namespace
     overrides = split_overrides(parse_overrides(args.overrides))
     if args.steps is not None:
         overrides['learner']['total_env_steps'] = args.steps
+    if args.episodes is not None and args.policy == 'sac':
+        overrides['learner']['final_eval_episodes'] = args.episodes
     if args.workers is not None:
         if args.workers < 1:
             raise ConfigError('--workers', args.workers, '>= 1')
@@ -193,8 +195,7 @@ def _load(args: argparse.Namespace
 def _train(args: argparse.Namespace, stop: StopRequest) -> int:
     config_path, env_cfg, learner_cfg, runner_cfg = _load(args)
     from async_rl_ros.local.train import train
-    result = train(env_cfg, learner_cfg, runner_cfg, resume=args.resume,
-                   held_out_episodes=args.episodes, stop=stop)
+    result = train(env_cfg, learner_cfg, runner_cfg, resume=args.resume, stop=stop)
     print_table(f'UR5 reach, SAC {runner_cfg.mode} (config: {config_path})',
                 summary_rows(result.summary, result.evaluation, stop.outcome))
     if stop.failure is not None:

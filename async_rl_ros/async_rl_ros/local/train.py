@@ -147,15 +147,12 @@ class LocalRun:
         while self._stoppers:
             self._stoppers.pop(0)()
 
-    def finish(self, held_out_episodes: int, extra: dict[str, Any]
-               ) -> tuple[RunResult, EpisodeStats]:
+    def finish(self, extra: dict[str, Any]) -> tuple[RunResult, EpisodeStats]:
         """Score the last policy, export the best, evaluate it on held-out episodes."""
         extra = {'mode': self.mode, **extra}
         extra.update(self.source.summary())  # workers, weights received
-        judge = final_evaluation(self.eval_env, self.cfg.sac.hidden_sizes,
-                                 self.cfg.eval_episodes, held_out_episodes)
-        run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title, evaluate=judge,
-                         extra=extra)
+        run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
+                         evaluate=final_evaluation(self.eval_env, self.cfg), extra=extra)
         return run, run.evaluation or EpisodeStats()
 
     def close(self) -> None:
@@ -167,8 +164,7 @@ class LocalRun:
 
 def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
           runner_cfg: LocalRunnerConfig | None = None, *, resume: bool = False,
-          progress: bool = True, held_out_episodes: int | None = None,
-          stop: StopRequest | None = None) -> TrainResult:
+          progress: bool = True, stop: StopRequest | None = None) -> TrainResult:
     """
     Train SAC on the reach task (``local_runner.mode``: single, async or sync).
 
@@ -177,8 +173,6 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
     :param runner_cfg: the ``local_runner`` section.
     :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
     :param progress: show a progress bar.
-    :param held_out_episodes: episodes of the final, held-out evaluation (default:
-        ``cfg.final_eval_episodes``).
     :param stop: a :class:`~async_rl_ros.local.lifecycle.StopRequest` (default: one that
         handles SIGINT and SIGTERM during the run).
     """
@@ -210,7 +204,6 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
         finally:
             bar.close()
         result, evaluation = run.finish(
-            held_out_episodes or cfg.final_eval_episodes,
             {'interrupted': interrupted,
              'seconds_training': round(time.perf_counter() - start, 3)})
     finally:

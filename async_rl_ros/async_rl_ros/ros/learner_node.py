@@ -307,11 +307,9 @@ class LearnerNode(Node):
             extra['warm_start'] = self.warm_start
         extra.update(weights_summary(received, self.committer.fp32_bytes))
         env = make_reach_env(self.eval_env_cfg) if evaluate else None
-        judge = (final_evaluation(env, self.cfg.sac.hidden_sizes, self.cfg.eval_episodes,
-                                  self.cfg.final_eval_episodes) if env is not None else None)
         try:
             finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2', extra=extra,
-                       evaluate=judge)
+                       evaluate=final_evaluation(env, self.cfg) if env else None)
         finally:
             if env is not None:
                 env.close()

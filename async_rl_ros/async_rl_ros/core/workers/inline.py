@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
+from async_rl_ros.core.config import CodecConfig, LearnerConfig, ParameterServerConfig
 from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
@@ -132,24 +132,21 @@ class PolicyEvaluator:
         return out
 
 
-def final_evaluation(env: Any, hidden: Sequence[int], episodes: int, held_out_episodes: int
-                     ) -> Callable[[PolicyState, bool], EpisodeStats]:
+def final_evaluation(env: Any, cfg: LearnerConfig) -> Callable[[PolicyState, bool], EpisodeStats]:
     """
     Return the final evaluation ``evaluate(state, held_out)`` that ``finish_run`` takes.
 
-    ``held_out=False`` scores like the evaluator did during the run (``episodes`` episodes
-    from :data:`EVAL_SEED`), so that the last policy competes with the scored snapshots on
-    equal terms; ``True`` runs ``held_out_episodes`` episodes no snapshot was chosen by
-    (from :data:`HELD_OUT_SEED`). Every runner ends this way.
+    ``held_out=False`` scores like the evaluator did during the run (``cfg.eval_episodes``
+    episodes from :data:`EVAL_SEED`), so that the last policy competes with the scored
+    snapshots on equal terms; ``True`` runs ``cfg.final_eval_episodes`` episodes no snapshot
+    was chosen by (from :data:`HELD_OUT_SEED`). Every runner ends this way.
 
     :param env: the evaluation environment (a simulated arm).
-    :param hidden: hidden layer widths of the actor.
-    :param episodes: episodes per snapshot evaluation (``learner.eval_episodes``).
-    :param held_out_episodes: episodes judging the exported policy
-        (``learner.final_eval_episodes``).
+    :param cfg: the ``learner`` section.
     """
-    evaluator = PolicyEvaluator(env, hidden, episodes, seed=EVAL_SEED)
-    judge = PolicyEvaluator(env, hidden, held_out_episodes, seed=HELD_OUT_SEED)
+    hidden = cfg.sac.hidden_sizes
+    evaluator = PolicyEvaluator(env, hidden, cfg.eval_episodes, seed=EVAL_SEED)
+    judge = PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=HELD_OUT_SEED)
 
     def evaluate(state: PolicyState, held_out: bool) -> EpisodeStats:
         return (judge if held_out else evaluator).score(state)
