@@ -414,6 +414,67 @@ def test_stale_transitions_lower_learning_rate(caplog):
     assert 'staleness' in message and 'value 40' in message and 'threshold 20' in message
 
 
+def test_a_remedy_is_undone_once_its_detector_stays_quiet(caplog):
+    doctor, knobs = make_doctor(max_policy_lag=20.0, remedy_recovery_steps=100,
+                                remedy_cooldown_steps=10)
+    doctor.begin_step(0)
+    assert not doctor.observe_lag([50])
+    doctor.begin_step(10)
+    assert not doctor.observe_lag([50])  # the symptom persists: a second remedy
+    assert knobs.lr == pytest.approx(3e-4 * 0.8 ** 2)
+    assert doctor.metrics()['doctor/remedies_in_force'] == 2.0
+    with caplog.at_level(logging.INFO, logger='async_rl_ros.core.learning.doctor'):
+        for step in range(11, 400):
+            doctor.begin_step(step)
+            assert doctor.observe_lag([5])
+            if step == 60:  # the symptom once more: the quiet interval starts again
+                assert not doctor.observe_lag([50])  # past the cooldown: a third remedy
+    undone = [c for c in knobs.calls if c[1] > 1.0]
+    assert undone == [('scale_learning_rate', pytest.approx(1.25))] * 3
+    assert knobs.lr == pytest.approx(3e-4)
+    # Undone 100 quiet updates after the last detection (step 60), then 100 apart.
+    events = [e for e in doctor.events if 'remedy undone' in e.reason]
+    assert [e.step for e in events] == [160, 260, 360]
+    assert events[0].value == 100.0 and events[0].threshold == 100.0
+    assert 'no staleness detection for 100 updates' in events[0].reason
+    assert any('remedy undone' in r.getMessage() for r in caplog.records)
+    metrics = doctor.metrics()
+    assert metrics['doctor/remedies_total'] == 3.0 and metrics['doctor/remedies_undone'] == 3.0
+    assert metrics['doctor/remedies_in_force'] == 0.0
+    assert metrics['doctor/detections/staleness'] == 3.0
+
+
+def test_remedies_stay_for_good_when_recovery_is_off():
+    doctor, knobs = make_doctor(min_entropy=-6.0, remedy_recovery_steps=0)
+    doctor.begin_step(0)
+    assert not doctor.observe_entropy(-9.0)
+    for step in range(1, 2000, 100):
+        doctor.begin_step(step)
+        assert doctor.observe_entropy(-3.0)
+    assert knobs.calls == [('scale_temperature', 1.1)]
+    assert doctor.metrics()['doctor/remedies_in_force'] == 1.0
+
+
+def test_a_resumed_doctor_still_undoes_the_remedies_in_force():
+    doctor, knobs = make_doctor(remedy_recovery_steps=50, warmup_updates=0)
+    policy, probe = nn.Linear(5, 3), torch.randn(64, 5)
+    doctor.set_probe(probe)
+    doctor.begin_step(7)
+    doctor.policy_divergence(policy, {0: lambda obs: -policy(obs)})
+    doctor.observe_entropy(-100.0)
+    assert doctor.metrics()['doctor/remedies_in_force'] == 2.0
+    state = doctor.state_dict()
+    resumed, resumed_knobs = make_doctor(remedy_recovery_steps=50, warmup_updates=0)
+    resumed.load_state_dict(state)
+    assert resumed.metrics()['doctor/remedies_in_force'] == 2.0
+    resumed.begin_step(56)
+    assert resumed_knobs.calls == []
+    resumed.begin_step(57)
+    assert sorted(resumed_knobs.calls) == [('scale_policy_regularization', pytest.approx(1 / 1.5)),
+                                           ('scale_temperature', pytest.approx(1 / 1.1))]
+    assert resumed.metrics()['doctor/remedies_in_force'] == 0.0
+
+
 def test_auto_remedy_off_only_reports():
     doctor, knobs = make_doctor(auto_remedy=False)
     assert not doctor.observe_entropy(-100.0)

@@ -163,6 +163,34 @@ def test_checkpoint_resume_restores_everything(tmp_path):
     assert a['losses/qf1_loss'] == pytest.approx(b['losses/qf1_loss'], rel=1e-5)
 
 
+def test_a_doctor_remedy_survives_a_resume_and_is_undone_once_the_symptom_is_gone(tmp_path):
+    cfg = tiny_config(tmp_path, **{'doctor.max_policy_lag': 2.0,
+                                   'doctor.remedy_recovery_steps': 5})
+    learner = Learner(cfg, OBS, ACT)
+    learner.policy_version = 10
+    learner.ingest(transitions(300, np.random.default_rng(6), version=0))  # lag 10: too stale
+    configured = cfg.sac.actor_lr
+
+    def lr(run: Learner) -> float:
+        return run.sac.actor_optimizer.param_groups[0]['lr']
+
+    assert lr(learner) == pytest.approx(0.8 * configured)
+    learner.save_checkpoint()
+    restored = Learner(cfg, OBS, ACT)
+    assert resume_learner(restored).path is not None
+    assert lr(restored) == pytest.approx(0.8 * configured)
+    assert restored.doctor.metrics()['doctor/remedies_in_force'] == 1.0
+    fresh = transitions(300, np.random.default_rng(7), version=restored.policy_version)
+    restored.ingest(fresh)  # the data is fresh again
+    for _ in range(5):
+        restored.train_step()
+    assert lr(restored) == pytest.approx(0.8 * configured)  # quiet for 4 updates only
+    restored.train_step()
+    assert lr(restored) == pytest.approx(configured)
+    metrics = restored.metrics()
+    assert metrics['doctor/remedies_undone'] == 1.0 and metrics['doctor/remedies_in_force'] == 0
+
+
 def test_episode_tracker_emits_episode_metrics():
     tracker, out = EpisodeTracker(window=2), []
     for k in range(6):

@@ -459,10 +459,20 @@ def test_knobs():
     sac.scale_temperature(2.0)
     assert sac.alpha == pytest.approx(2 * alpha)
     assert sac.policy_reg_weight == 0.0
-    sac.scale_policy_regularization(2.0)
-    assert sac.policy_reg_weight == pytest.approx(2 * POLICY_REG_BASE)
+    assert sac.scale_policy_regularization(2.0) == pytest.approx(2 * POLICY_REG_BASE)
+    sac.scale_policy_regularization(1.5)
+    assert sac.policy_reg_weight == pytest.approx(3 * POLICY_REG_BASE)
+    # The doctor undoes its remedies with the inverse factors: the term is off again.
+    sac.scale_policy_regularization(1 / 1.5)
     sac.scale_policy_regularization(0.5)
-    assert sac.policy_reg_weight == pytest.approx(POLICY_REG_BASE)
+    assert sac.policy_reg_weight == 0.0 and sac.policy_reg.scale == 1.0
+    configured = make_sac(policy_reg_weight=0.4)
+    configured.scale_policy_regularization(1.5)
+    assert configured.policy_reg_weight == pytest.approx(0.6)
+    configured.scale_policy_regularization(1 / 1.5)
+    assert configured.policy_reg_weight == 0.4
+    configured.scale_policy_regularization(0.0)
+    assert configured.policy_reg_weight == 0.0
     with pytest.raises(ValueError):
         sac.scale_learning_rate(0.0)
     with pytest.raises(ValueError):
@@ -481,7 +491,7 @@ def test_policy_regularization_pulls_towards_reference():
     with torch.no_grad():
         reference.mean_head.bias.fill_(2.0)
     sac.set_reference_policy(reference.deterministic_policy().state_dict())
-    sac.policy_reg_weight = 100.0
+    sac.scale_policy_regularization(100.0)
     batch = make_batch(seed=3)
     first, _ = sac.update(batch)
     for _ in range(20):
@@ -524,12 +534,14 @@ def test_state_dict_round_trip_resumes_identically():
     for seed in range(3):
         sac.update(make_batch(seed=seed))
     sac.scale_learning_rate(0.5)
-    sac.scale_policy_regularization(1.0)
+    sac.scale_policy_regularization(1.5)
     sac.set_reference_policy(sac.actor.state_dict())
     state = copy.deepcopy(sac.state_dict())
     other = make_sac(seed=99, policy_frequency=2)
     other.load_state_dict(state)
-    assert other.num_updates == 3 and other.policy_reg_weight == POLICY_REG_BASE
+    assert other.num_updates == 3
+    assert other.policy_reg_weight == pytest.approx(1.5 * POLICY_REG_BASE)
+    assert other.policy_reg.scale == pytest.approx(1.5) and other.reference_active
     for run in (sac, other):
         torch.manual_seed(7)
         run.update(make_batch(seed=10))
@@ -539,6 +551,23 @@ def test_state_dict_round_trip_resumes_identically():
     assert torch.equal(sac.log_alpha, other.log_alpha)
     with pytest.raises(ValueError):
         SAC(OBS + 1, ACT, SACConfig.from_flat(TINY)).load_state_dict(state)
+
+
+def test_a_checkpoint_that_saved_the_regularization_weight_still_resumes():
+    """Older checkpoints hold ``policy_reg_weight`` and ``reference_policy``, not the scale."""
+    sac = make_sac()
+    sac.scale_policy_regularization(1.5)
+    sac.scale_policy_regularization(1.5)
+    sac.set_reference_policy(sac.actor.state_dict())
+    state = copy.deepcopy(sac.state_dict())
+    reg = state.pop('policy_reg')
+    state.update(policy_reg_weight=reg['weight'], reference_policy=reg['reference'])
+    other = make_sac(seed=5)
+    other.load_state_dict(state)
+    assert other.policy_reg.scale == pytest.approx(2.25) and other.reference_active
+    other.scale_policy_regularization(1 / 1.5)
+    other.scale_policy_regularization(1 / 1.5)
+    assert other.policy_reg_weight == 0.0
 
 
 # ---------------------------------------------------------------------- learning

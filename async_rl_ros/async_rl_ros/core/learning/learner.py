@@ -331,6 +331,7 @@ class Learner:
         """Return the complete training state (without the replay buffer)."""
         return {
             'sac': self.sac.state_dict(),
+            'doctor': self.doctor.state_dict(),
             'normalizer': self.normalizer.state_dict(),
             'counters': {'policy_version': self.policy_version, 'env_steps': self.env_steps,
                          'updates': self.updates, 'rejected_rows': self.rejected_rows,
@@ -342,6 +343,8 @@ class Learner:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (and the replay buffer if it was saved)."""
         self.sac.load_state_dict(state['sac'])
+        if 'doctor' in state:  # checkpoints from before it had remedies to undo have none
+            self.doctor.load_state_dict(state['doctor'])
         self.normalizer.load_state_dict(state['normalizer'])
         counters = state['counters']
         self.policy_version = int(counters['policy_version'])

@@ -21,7 +21,8 @@ Actor-Critic Methods"). One :meth:`SAC.update` is one gradient step of the criti
 ``policy_frequency`` steps) of the actor and the temperature, then the Polyak updates of the
 target critics and (optional) of the averaged actor that is evaluated and exported.
 The actor loss may add a temporal smoothness term on consecutive states (Mysore et al. 2021,
-"Regularizing Action Policies for Smooth Control with Reinforcement Learning", CAPS).
+"Regularizing Action Policies for Smooth Control with Reinforcement Learning", CAPS) and the
+pull towards a policy version the workers act with (:mod:`.policy_reg`).
 
 Conventions:
 
@@ -46,14 +47,12 @@ import warnings
 
 from async_rl_ros.core.config import ConfigError, SACConfig
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
+from async_rl_ros.core.learning.policy_reg import POLICY_REG_BASE, PolicyRegularization
 import torch
 from torch import nn
 
 __all__ = ['POLICY_REG_BASE', 'UPDATE_METRICS', 'Guard', 'SACConfig', 'SAC', 'finite_guard',
            'resolve_device']
-
-# Weight the policy regularization starts from when a doctor first scales it up from 0.
-POLICY_REG_BASE = 0.1
 
 #: Every metric :meth:`SAC.update` reports (``losses/policy_reg`` only with a reference
 #: policy, ``losses/action_smoothness`` only with ``smoothness_weight > 0``), known before the
@@ -133,8 +132,9 @@ class SAC:
         self.actor_optimizer = _adam(list(self.actor.parameters()), cfg.actor_lr)
         self.critic_optimizer = _adam(list(self.critic.parameters()), cfg.critic_lr)
         self.alpha_optimizer = _adam([self.log_alpha], cfg.alpha_lr)
-        self.policy_reg_weight = float(cfg.policy_reg_weight)
-        self.reference_policy: PolicyForExport | None = None
+        #: The pull towards a policy version the workers act with (:mod:`.policy_reg`).
+        self.policy_reg = PolicyRegularization(obs_dim, act_dim, cfg.hidden, self.device,
+                                               cfg.policy_reg_weight)
         self.num_updates = 0
         self.num_actor_updates = 0
         self.num_skipped = 0
@@ -181,9 +181,7 @@ class SAC:
             total = total + self.cfg.smoothness_weight * smooth
         reg = torch.zeros((), device=obs.device)
         if use_reg:
-            with torch.no_grad():
-                reference = self.reference_policy(obs)
-            reg = (mean_action - reference).pow(2).sum(dim=-1).mean()
+            reg = self.policy_reg.loss(obs, mean_action)
             total = total + reg_weight * reg
         # Temperature loss E[-alpha (log pi + target entropy)] (Haarnoja et al. 2018, eq. 18).
         alpha_loss = -(self.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
@@ -328,7 +326,7 @@ class SAC:
 
         :param factor: strictly positive multiplier.
         """
-        _check_factor(factor, strict=True)
+        _check_factor(factor)
         for optimizer in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
             for group in optimizer.param_groups:
                 group['lr'] = group['lr'] * factor
@@ -339,43 +337,32 @@ class SAC:
 
         :param factor: strictly positive multiplier.
         """
-        _check_factor(factor, strict=True)
+        _check_factor(factor)
         with torch.no_grad():
             self.log_alpha.add_(math.log(factor))
 
-    def scale_policy_regularization(self, factor: float) -> None:
+    def scale_policy_regularization(self, factor: float) -> float:
         """
-        Multiply the policy regularization weight, starting from :data:`POLICY_REG_BASE` if 0.
+        Multiply the scale of the policy regularization weight (see :mod:`.policy_reg`).
 
         :param factor: non-negative multiplier (0 turns the term off).
+        :returns: the new weight.
         """
-        _check_factor(factor, strict=False)
-        if self.policy_reg_weight == 0.0:
-            self.policy_reg_weight = POLICY_REG_BASE
-        self.policy_reg_weight *= factor
+        return self.policy_reg.scale_by(factor)
 
     def set_reference_policy(self, state: Mapping[str, torch.Tensor] | None) -> None:
-        """
-        Set the policy whose mean action the regularization pulls the actor towards.
+        """Set (or, with ``None``, remove) the policy the regularization pulls towards."""
+        self.policy_reg.set_reference(state)
 
-        The term is active when a reference is set and :attr:`policy_reg_weight` is positive.
-
-        :param state: an :class:`Actor` or :class:`PolicyForExport` state dict (its trunk and
-            mean head are used, never its normalization), or ``None`` to remove the reference.
-        """
-        if state is None:
-            self.reference_policy = None
-            return
-        if self.reference_policy is None:
-            policy = PolicyForExport(self.obs_dim, self.act_dim, self.cfg.hidden)
-            self.reference_policy = policy.to(self.device).requires_grad_(False)
-        # Copied in place: a compiled update keeps the same tensors (no re-capture).
-        self.reference_policy.load_actor_state_dict(state)
+    @property
+    def policy_reg_weight(self) -> float:
+        """Return the weight of the policy regularization now."""
+        return self.policy_reg.weight
 
     @property
     def reference_active(self) -> bool:
         """Tell whether the policy regularization term is computed."""
-        return self.reference_policy is not None and self.policy_reg_weight > 0.0
+        return self.policy_reg.active
 
     @property
     def alpha(self) -> float:
@@ -433,9 +420,7 @@ class SAC:
             'actor_optimizer': self.actor_optimizer.state_dict(),
             'critic_optimizer': self.critic_optimizer.state_dict(),
             'alpha_optimizer': self.alpha_optimizer.state_dict(),
-            'policy_reg_weight': self.policy_reg_weight,
-            'reference_policy': (None if self.reference_policy is None
-                                 else self.reference_policy.state_dict()),
+            'policy_reg': self.policy_reg.state_dict(),
             'counters': {'num_updates': self.num_updates,
                          'num_actor_updates': self.num_actor_updates,
                          'num_skipped': self.num_skipped},
@@ -473,8 +458,8 @@ class SAC:
             # older checkpoint would turn the fused kernel off).
             for group in optimizer.param_groups:
                 group.update(kernel)
-        self.policy_reg_weight = float(state['policy_reg_weight'])
-        self.set_reference_policy(state['reference_policy'])
+        self.policy_reg.load_state_dict(state['policy_reg'] if 'policy_reg' in state
+                                        else _legacy_policy_reg(state, self.policy_reg.configured))
         counters = state['counters']
         self.num_updates = int(counters['num_updates'])
         self.num_actor_updates = int(counters['num_actor_updates'])
@@ -496,7 +481,14 @@ def _frozen(module: nn.Module) -> Iterator[None]:
         module.requires_grad_(True)
 
 
-def _check_factor(factor: float, strict: bool) -> None:
-    if not math.isfinite(factor) or factor < 0 or (strict and factor == 0):
-        raise ValueError(f'scale factor must be {"> 0" if strict else ">= 0"} and finite, '
-                         f'got {factor}')
+def _legacy_policy_reg(state: Mapping[str, Any], configured: float) -> dict[str, Any]:
+    """Read the regularization of a checkpoint that saved its weight, not its scale."""
+    weight = float(state['policy_reg_weight'])
+    base = configured if configured > 0.0 else POLICY_REG_BASE
+    return {'scale': weight / base if weight > 0.0 or configured > 0.0 else 1.0,
+            'reference': state['reference_policy']}
+
+
+def _check_factor(factor: float) -> None:
+    if not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f'scale factor must be > 0 and finite, got {factor}')

@@ -187,6 +187,12 @@ class DoctorConfig(Section):
     remedy_cooldown_steps: int = option(1000, 'Learner updates a detector waits after a remedy '
                                         'before it may apply the next one.', unit='updates',
                                         low=0, high=10**9)
+    remedy_recovery_steps: int = option(5000, 'Learner updates a detector must stay quiet (no '
+                                        'detection, no remedy) before its latest remedy still '
+                                        'in force is undone, the knob multiplied back by the '
+                                        'inverse factor; one remedy per quiet interval, until '
+                                        'the knob is back at its configured value (0: remedies '
+                                        'stay for good).', unit='updates', low=0, high=10**9)
     warn_interval_steps: int = option(1000, 'Learner updates between two logged warnings of one '
                                       'detector; detections in between are only counted.',
                                       unit='updates', low=0, high=10**9)

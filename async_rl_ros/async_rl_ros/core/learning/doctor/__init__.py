@@ -43,16 +43,19 @@ published from the first update but judged only after ``warmup_updates``: the fi
 are large and a young policy moves fast without anything being wrong. Remedies of one
 detector are at least ``remedy_cooldown_steps`` learner updates apart, and the
 warnings of one detector at least ``warn_interval_steps`` apart; detections in between are
-still counted (``doctor/detections/<detector>``). The doctor's notion of time is the learner
-update counter it is given by :meth:`Doctor.begin_step`.
+still counted (``doctor/detections/<detector>``). A remedy is temporary: once its detector has
+been quiet for ``remedy_recovery_steps`` updates, the inverse factor undoes it
+(:class:`RemedyLedger`, saved in checkpoints with :meth:`Doctor.state_dict`). The doctor's
+notion of time is the learner update counter it is given by :meth:`Doctor.begin_step`.
 
 The doctor never does I/O besides the ``logging`` module, and its per-update checks cost one
 device synchronisation each.
 
 Layout: :mod:`.checks` (pure NaN/Inf, update-ratio and cosine helpers), :mod:`.state` (the
 good-state snapshot, the update-ratio tracker, running reward statistics), :mod:`.interface`
-(events, :class:`TrainingDiverged`, the :class:`Knobs` protocol) and :mod:`.doctor` (the
-:class:`Doctor`); their public names are re-exported here.
+(events, :class:`TrainingDiverged`, the :class:`Knobs` protocol), :mod:`.remedies` (the
+remedies in force) and :mod:`.doctor` (the :class:`Doctor`); their public names are
+re-exported here.
 """
 
 from async_rl_ros.core.config import DoctorConfig
@@ -60,6 +63,7 @@ from async_rl_ros.core.learning.doctor.checks import (all_finite, cosine_similar
                                                       params_finite, update_ratio)
 from async_rl_ros.core.learning.doctor.doctor import Doctor
 from async_rl_ros.core.learning.doctor.interface import DoctorEvent, Knobs, TrainingDiverged
+from async_rl_ros.core.learning.doctor.remedies import RemedyLedger
 from async_rl_ros.core.learning.doctor.state import GoodState, ParamDeltaTracker, RunningStats
 
 __all__ = [
@@ -67,6 +71,7 @@ __all__ = [
     'DoctorEvent',
     'Knobs',
     'GoodState',
+    'RemedyLedger',
     'RunningStats',
     'ParamDeltaTracker',
     'TrainingDiverged',

@@ -28,6 +28,7 @@ from async_rl_ros.core.learning.doctor.checks import (_fields, _parameters, _rat
                                                       ArrayLike, cosine_similarity, Params,
                                                       params_finite)
 from async_rl_ros.core.learning.doctor.interface import DoctorEvent, Knobs, TrainingDiverged
+from async_rl_ros.core.learning.doctor.remedies import RemedyLedger
 from async_rl_ros.core.learning.doctor.state import GoodState, RunningStats
 import numpy as np
 import torch
@@ -50,6 +51,7 @@ class Doctor:
         self.cfg = cfg if cfg is not None else DoctorConfig()
         self.cfg.validate()
         self.knobs = knobs
+        self.remedies = RemedyLedger(knobs)
         self.good_state = good_state if good_state is not None else GoodState()
         self.step = 0
         self.nan_skips = 0
@@ -57,13 +59,11 @@ class Doctor:
         self.blocked_publishes = 0
         self.consecutive_skips = 0
         self.events_total = 0
-        self.remedies_total = 0
         self.detections: Counter[str] = Counter()
         self._events: deque[DoctorEvent] = deque(maxlen=self.cfg.max_events)
         self._values: dict[str, float] = {}
         self._ratio_windows: dict[str, deque[float]] = {}  # recent update ratios per network
         self._last_warn: dict[str, int] = {}
-        self._last_remedy: dict[str, int] = {}
         self._last_snapshot: int | None = None
         self.reward_stats: dict[Hashable, RunningStats] = {}
         self._probe: Any = None
@@ -74,20 +74,37 @@ class Doctor:
         """Return the most recent ``max_events`` events, oldest first."""
         return list(self._events)
 
+    @property
+    def remedies_total(self) -> int:
+        """Return how many remedies were applied (undone ones included)."""
+        return self.remedies.applied_total
+
     def begin_step(self, step: int) -> None:
         """
-        Set the learner update counter that cooldowns and rate limits are measured in.
+        Set the learner update counter, and undo the remedies whose symptom is gone.
+
+        Cooldowns, rate limits and the recovery of remedies (``remedy_recovery_steps``) are
+        measured in this counter.
 
         :param step: the learner's update count; call once per update, before the checks.
         """
         self.step = int(step)
+        for undone in self.remedies.recover(self.cfg, self.step):
+            reason = (f'no {undone.detector} detection for {undone.quiet_for} updates; remedy '
+                      f'undone: {undone.remedy}')
+            self._events.append(DoctorEvent(undone.detector, reason, float(undone.quiet_for),
+                                            float(self.cfg.remedy_recovery_steps),
+                                            undone.remedy, self.step))
+            self.events_total += 1
+            _LOG.info('doctor[%s] step %d: %s', undone.detector, self.step, reason)
 
     def metrics(self) -> dict[str, float]:
         """
         Return the doctor's counters and latest measurements.
 
         Keys: ``doctor/nan_skips``, ``doctor/bad_batches``, ``doctor/blocked_publishes``,
-        ``doctor/events_total``, ``doctor/remedies_total``, ``doctor/detections/<detector>``
+        ``doctor/events_total``, ``doctor/remedies_total``, ``doctor/remedies_undone``,
+        ``doctor/remedies_in_force``, ``doctor/detections/<detector>``
         and, once measured, ``doctor/grad_norm``, ``doctor/update_ratio[/<name>]``,
         ``doctor/min_policy_cosine``, ``doctor/entropy``, ``doctor/policy_lag``,
         ``doctor/policy_lag_max``, ``doctor/reward_scale/<worker>``,
@@ -100,7 +117,9 @@ class Doctor:
             'doctor/bad_batches': float(self.bad_batches),
             'doctor/blocked_publishes': float(self.blocked_publishes),
             'doctor/events_total': float(self.events_total),
-            'doctor/remedies_total': float(self.remedies_total),
+            'doctor/remedies_total': float(self.remedies.applied_total),
+            'doctor/remedies_undone': float(self.remedies.undone_total),
+            'doctor/remedies_in_force': float(self.remedies.in_force),
         }
         out.update({f'doctor/detections/{k}': float(v) for k, v in self.detections.items()})
         out.update({f'doctor/{k}': v for k, v in self._values.items()})
@@ -111,30 +130,26 @@ class Doctor:
             out['doctor/reward_scale_ratio'] = max(_ratio(s, ref) for s in scales.values())
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        """Return what a resumed run needs: the remedies in force (counters start anew)."""
+        return {'remedies': self.remedies.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """
+        Restore a :meth:`state_dict`, so that a resumed run can still undo its remedies.
+
+        :param state: a dict made by :meth:`state_dict`.
+        """
+        self.remedies.load_state_dict(state['remedies'])
+
     def _detect(self, detector: str, reason: str, value: float, threshold: float,
                 knob: str | None = None, factor: float = 1.0,
                 key: str | None = None) -> DoctorEvent | None:
         """Count a detection; apply its remedy (cooldown) and log/record it (rate limit)."""
         self.detections[detector] += 1
-        remedy = None
-        suffix = ''
+        remedy, suffix = None, ''
         if knob is not None:
-            last = self._last_remedy.get(detector)
-            ready = last is None or self.step - last >= self.cfg.remedy_cooldown_steps
-            if not self.cfg.auto_remedy:
-                suffix = f'; auto_remedy off, suggested remedy {knob}({factor:g})'
-            elif self.knobs is None or not hasattr(self.knobs, knob):
-                suffix = f'; remedy {knob}({factor:g}) unavailable: the learner has no such knob'
-            elif ready:
-                result = getattr(self.knobs, knob)(factor)
-                remedy = f'{knob}({factor:g})'
-                if isinstance(result, (int, float)):
-                    remedy += f' -> {float(result):.4g}'
-                self._last_remedy[detector] = self.step
-                self.remedies_total += 1
-                suffix = f'; remedy: {remedy}'
-            else:
-                suffix = f'; remedy {knob} in cooldown since step {last}'
+            remedy, suffix = self.remedies.treat(self.cfg, detector, knob, factor, self.step)
         key = key or detector
         last_warn = self._last_warn.get(key)
         if remedy is None and last_warn is not None and \

@@ -51,7 +51,9 @@ class Knobs(Protocol):
     What the learner lets the doctor turn; implementations clamp to their own sane bounds.
 
     A learner without some knob may leave the method out: the doctor then logs that the remedy
-    is unavailable. Each method returns the new value (for the log) or ``None``.
+    is unavailable. Each method returns the new value (for the log) or ``None``. The doctor
+    undoes a remedy by calling the same knob with ``1 / factor``, so that call must bring the
+    knob back to where the remedy found it.
     """
 
     def scale_learning_rate(self, factor: float) -> float | None:
