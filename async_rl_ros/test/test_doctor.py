@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 
@@ -473,6 +474,15 @@ def test_a_resumed_doctor_still_undoes_the_remedies_in_force():
     assert sorted(resumed_knobs.calls) == [('scale_policy_regularization', pytest.approx(1 / 1.5)),
                                            ('scale_temperature', pytest.approx(1 / 1.1))]
     assert resumed.metrics()['doctor/remedies_in_force'] == 0.0
+    bad_knob = copy.deepcopy(state)
+    bad_knob['remedies']['applied']['exploration'][0]['knob'] = 'os.system'
+    with pytest.raises(ValueError, match="exploration.*unknown knob 'os.system'"):
+        make_doctor()[0].load_state_dict(bad_knob)
+    for factor in (0.0, -1.0, float('nan'), float('inf')):
+        bad_factor = copy.deepcopy(state)
+        bad_factor['remedies']['applied']['exploration'][0]['factor'] = factor
+        with pytest.raises(ValueError, match='exploration.*must be finite and > 0'):
+            make_doctor()[0].load_state_dict(bad_factor)
 
 
 def test_auto_remedy_off_only_reports():

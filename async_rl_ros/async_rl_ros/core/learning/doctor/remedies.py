@@ -27,10 +27,15 @@ learning rate for good.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 from async_rl_ros.core.config import DoctorConfig
 from async_rl_ros.core.learning.doctor.interface import Knobs
+
+
+#: The knobs a remedy may turn: the ``scale_*`` methods of :class:`Knobs`.
+KNOB_NAMES = frozenset(name for name in vars(Knobs) if name.startswith('scale_'))
 
 
 @dataclasses.dataclass
@@ -162,9 +167,20 @@ class RemedyLedger:
         Restore a :meth:`state_dict`; the knobs themselves come back with the learner's state.
 
         :param state: a dict made by :meth:`state_dict`.
+        :raises ValueError: naming the detector whose remedy has an unknown knob, or a factor
+            that is not finite and > 0 (undoing it would divide by it).
         """
-        self.applied = {d: [Applied(str(a['knob']), float(a['factor'])) for a in stack]
-                        for d, stack in state['applied'].items()}
+        applied = {d: [Applied(str(a['knob']), float(a['factor'])) for a in stack]
+                   for d, stack in state['applied'].items()}
+        for detector, stack in applied.items():
+            for remedy in stack:
+                if remedy.knob not in KNOB_NAMES:
+                    raise ValueError(f'doctor remedy of {detector!r}: unknown knob '
+                                     f'{remedy.knob!r} (allowed: {", ".join(sorted(KNOB_NAMES))})')
+                if not (math.isfinite(remedy.factor) and remedy.factor > 0):
+                    raise ValueError(f'doctor remedy of {detector!r}: factor {remedy.factor!r} '
+                                     'must be finite and > 0')
+        self.applied = applied
         self.applied_total = int(state['applied_total'])
         self.undone_total = int(state['undone_total'])
         self._last_detection = {d: int(s) for d, s in state['last_detection'].items()}
