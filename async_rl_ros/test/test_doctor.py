@@ -424,7 +424,7 @@ def test_a_remedy_is_undone_once_its_detector_stays_quiet(caplog):
     assert not doctor.observe_lag([50])  # the symptom persists: a second remedy
     assert knobs.lr == pytest.approx(3e-4 * 0.8 ** 2)
     assert doctor.metrics()['doctor/remedies_in_force'] == 2.0
-    with caplog.at_level(logging.INFO, logger='async_rl_ros.core.learning.doctor'):
+    with caplog.at_level(logging.WARNING, logger='async_rl_ros.core.learning.doctor'):
         for step in range(11, 400):
             doctor.begin_step(step)
             assert doctor.observe_lag([5])

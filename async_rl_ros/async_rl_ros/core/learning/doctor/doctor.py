@@ -96,7 +96,8 @@ class Doctor:
                                             float(self.cfg.remedy_recovery_steps),
                                             undone.remedy, self.step))
             self.events_total += 1
-            _LOG.info('doctor[%s] step %d: %s', undone.detector, self.step, reason)
+            # As loud as the remedy it undoes: a knob of training changes either way.
+            _LOG.warning('doctor[%s] step %d: %s', undone.detector, self.step, reason)
 
     def metrics(self) -> dict[str, float]:
         """
