@@ -368,3 +368,30 @@ def test_the_final_evaluation_scores_like_the_evaluator_and_judges_on_more_episo
         assert evaluate(state, True).episodes == 3    # learner.final_eval_episodes
     finally:
         env.close()
+
+
+def test_a_seeded_run_does_not_depend_on_how_often_metrics_are_reported(tmp_path):
+    """
+    Reports run on the wall clock; the doctor's divergence check in each rebuilds policies.
+
+    Rebuilding them must not draw from torch's global generator, which the updates' dropout
+    and action noise use: the same seed gives the same weights at any reporting rate.
+    """
+    from async_rl_ros.envs.reach_env import make_reach_env
+
+    def train(stats_interval_s: float, name: str) -> Learner:
+        torch.manual_seed(123)  # the learner seeds torch itself; this must not matter
+        cfg = tiny_config(tmp_path / name, learning_starts=100)
+        env = make_reach_env()
+        learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
+        loop = train_single_process(learner, env, 300, stats_interval_s=stats_interval_s)
+        if stats_interval_s == 0.0:
+            assert loop.cosines  # the divergence check ran, with every step
+        return learner
+
+    often, never = train(0.0, 'often'), train(1e9, 'never')
+    assert often.updates == never.updates > 0
+    for a, b in zip(often.sac.actor.parameters(), never.sac.actor.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for a, b in zip(often.sac.critic.parameters(), never.sac.critic.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

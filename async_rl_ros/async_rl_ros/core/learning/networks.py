@@ -197,8 +197,13 @@ class PolicyForExport(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256)):
         super().__init__()
         hidden = tuple(int(h) for h in hidden)
-        self.trunk = mlp(obs_dim, hidden)
-        self.mean_head = nn.Linear(hidden[-1] if hidden else obs_dim, act_dim)
+        # Its weights are always copied in from an actor, and it is rebuilt at moments set by
+        # the wall clock (the doctor's divergence check runs with every metrics report): its
+        # random initialization must not draw from the global generator, or a seeded run's
+        # dropout and action noise would depend on how fast the machine is.
+        with torch.random.fork_rng(devices=[]):
+            self.trunk = mlp(obs_dim, hidden)
+            self.mean_head = nn.Linear(hidden[-1] if hidden else obs_dim, act_dim)
         self.register_buffer('obs_mean', torch.zeros(obs_dim))
         self.register_buffer('obs_std', torch.ones(obs_dim))
         # Bound on the normalized observation (as a normalizer with clipping applies it). No
