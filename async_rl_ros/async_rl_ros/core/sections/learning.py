@@ -350,7 +350,7 @@ class LearnerConfig(Section):
                                    high=10**9)
     total_env_steps: int = option(30_000, 'Training budget (with the shipped defaults, '
                                   'make train exported a snapshot from 28,160 env steps, '
-                                  '99 of 100 held-out episodes; single-process runs first '
+                                  '98-100 of 100 held-out episodes; single-process runs first '
                                   'reached 95 % at 7,500-17,500).', unit='steps', low=1,
                                   high=10**12)
     eval_every: int = option(2_500, 'Env steps between two policy snapshots scored by the '
