@@ -38,3 +38,19 @@ def require_linter(module: str):
         if os.environ.get('ASYNC_RL_REQUIRE_LINTERS') == '1':
             raise
         pytest.skip(f'{module} is not installed ({exc}); see the README for the linters')
+
+
+def tiny_config(tmp_path, **flat):
+    """
+    Return a learner config small enough for a test: 32x32 networks, updates after 64 steps.
+
+    :param tmp_path: where checkpoints and logs go.
+    :param flat: dotted overrides on top (``'sac.hidden_sizes': [64, 64]``).
+    """
+    from async_rl_ros.core.config import LearnerConfig
+
+    base = {'sac.hidden_sizes': [32, 32], 'batch.initial_batch': 64, 'batch.min_batch': 8,
+            'replay.capacity': 10_000, 'learning_starts': 64, 'warmup_steps': 100,
+            'checkpoint.directory': str(tmp_path / 'ckpt'), 'log_dir': str(tmp_path / 'runs')}
+    base.update(flat)
+    return LearnerConfig().replace(**base)

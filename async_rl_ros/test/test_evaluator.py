@@ -20,22 +20,20 @@ import os
 import signal
 import time
 
-from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig
+from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.single_process import train_single_process
 from async_rl_ros.envs.reach_env import make_reach_env
 from async_rl_ros.local.evaluator import EvaluatorProcess
+from conftest import tiny_config
 
 HIDDEN = [32, 32]
 
 
 def tiny_learner(tmp_path, env, **flat) -> Learner:
-    base = {'sac.hidden_sizes': HIDDEN, 'batch.initial_batch': 32, 'batch.min_batch': 8,
-            'replay.capacity': 5_000, 'learning_starts': 64, 'warmup_steps': 100,
-            'checkpoint.directory': str(tmp_path / 'ckpt'), 'log_dir': str(tmp_path / 'runs')}
-    base.update(flat)
-    return Learner(LearnerConfig().replace(**base), env.observation_space.shape[0],
-                   env.action_space.shape[0])
+    cfg = tiny_config(tmp_path, **{'sac.hidden_sizes': HIDDEN, 'batch.initial_batch': 32,
+                                   'replay.capacity': 5_000, **flat})
+    return Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
 
 
 def scores(evaluator: EvaluatorProcess, deadline_s: float = 180.0) -> list:

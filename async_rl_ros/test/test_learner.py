@@ -14,12 +14,12 @@
 
 """The learner: ingest, update, policy hand-out, checkpoints, single-process training."""
 
-from async_rl_ros.core.config import LearnerConfig
 from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.learning.single_process import train_single_process
 from async_rl_ros.core.workers.inline import PolicyEvaluator
+from conftest import tiny_config
 import numpy as np
 import pytest
 import torch
@@ -30,14 +30,6 @@ OBS, ACT = 5, 2
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
-
-
-def tiny_config(tmp_path, **flat) -> LearnerConfig:
-    base = {'sac.hidden_sizes': [32, 32], 'batch.initial_batch': 64, 'batch.min_batch': 8,
-            'replay.capacity': 10_000, 'learning_starts': 64, 'warmup_steps': 100,
-            'checkpoint.directory': str(tmp_path / 'ckpt'), 'log_dir': str(tmp_path / 'runs')}
-    base.update(flat)
-    return LearnerConfig().replace(**base)
 
 
 def transitions(n: int, rng: np.random.Generator, worker: int = 0, version: int = 0) -> dict:
@@ -384,6 +376,7 @@ def test_a_seeded_run_does_not_depend_on_how_often_metrics_are_reported(tmp_path
         env = make_reach_env()
         learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
         loop = train_single_process(learner, env, 300, stats_interval_s=stats_interval_s)
+        env.close()
         if stats_interval_s == 0.0:
             assert loop.cosines  # the divergence check ran, with every step
         return learner
