@@ -14,6 +14,8 @@
 
 """async-rl-preflight against the controller double: a passing and several failing set-ups."""
 
+import re
+
 from async_rl_ros.envs import preflight
 import pytest
 
@@ -52,6 +54,12 @@ def test_passes_against_a_healthy_e_series(capsys):
     assert table['RTDE frequency'][1].endswith('500 Hz requested')
     assert table['remote control'][0] == 'PASS'
     assert 'RESULT: PASS' in text
+    # The rate is packets counted over controller time, and the count is reported.
+    detail = table['RTDE frequency'][1]
+    packets, span = re.search(r'\((\d+) packets over ([\d.]+) s of controller time\)',
+                              detail).groups()
+    rate = float(detail.split(' Hz measured')[0])
+    assert int(packets) > 100 and abs(rate - (int(packets) - 1) / float(span)) < 1.0, detail
 
 
 def test_cb3_needs_125_hz_and_a_stop_or_local_control_fails(capsys):

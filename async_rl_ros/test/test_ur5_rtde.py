@@ -108,8 +108,10 @@ def test_protective_stop_truncates_unlocks_and_resumes(run):
     assert state['unlocks'] == 1 and state['safety'] == 'NORMAL'
     assert state['runtime_state'] == 2 and state['uploads'] == 2
     np.testing.assert_allclose(obs[OBS_SLICES['q']], state['q'], atol=1e-6)  # fresh state
+    # The stop sent on the protective stop is refused, and found in effect already.
     kinds = [kind for _, kind, _ in run.backend.events if kind != 'stale']
-    assert kinds == ['protective_stop', 'unlocked', 'program_restarted']
+    assert kinds == ['protective_stop', 'stop_in_effect', 'unlocked', 'program_restarted']
+    assert run.backend.stop_failures == 0 and run.backend.summary()['stops_in_effect'] == 1
     assert run.backend.interruption == 'protective stop'
     assert run.backend.interruptions['protective stop'] == 1
     run.reset()

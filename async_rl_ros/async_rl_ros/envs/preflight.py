@@ -27,10 +27,12 @@ import dataclasses
 import os
 import socket
 import statistics
+import struct
 import sys
 import time
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, load_node_config
+from async_rl_ros.envs.rtde_probe import count_packets
 from async_rl_ros.envs.rtde_supervisor import ROBOT_MODE_RUNNING, ROBOT_MODES, SAFETY_BITS
 
 __all__ = ['Check', 'run_checks', 'format_table', 'main']
@@ -40,6 +42,7 @@ SAFETY_MODES = {1: 'NORMAL', 2: 'REDUCED', 3: 'PROTECTIVE_STOP', 4: 'RECOVERY',
                 5: 'SAFEGUARD_STOP', 6: 'SYSTEM_EMERGENCY_STOP', 7: 'ROBOT_EMERGENCY_STOP',
                 8: 'VIOLATION', 9: 'FAULT', 10: 'VALIDATE_JOINT_ID', 11: 'UNDEFINED'}
 PASS, WARN, FAIL = 'PASS', 'WARN', 'FAIL'
+RATE_WINDOW_S = 1.0   # s the RTDE packets are counted over
 
 
 @dataclasses.dataclass
@@ -67,17 +70,16 @@ def _reachability(ip: str, timeout: float) -> Check:
                  f'(connect {1000 * max(times):.1f} ms)')
 
 
-def _rtde_rate(receive, seconds: float = 0.3) -> float:
-    """Return the data rate (Hz) from the median gap of the controller timestamps."""
-    stamps = [receive.getTimestamp()]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        stamp = receive.getTimestamp()
-        if stamp != stamps[-1]:
-            stamps.append(stamp)
-        time.sleep(0.0002)
-    gaps = [b - a for a, b in zip(stamps, stamps[1:]) if b > a]
-    return 1.0 / statistics.median(gaps) if gaps else 0.0
+def _rtde_rate(ip: str, want: float) -> Check:
+    """Count the controller's packets over a window (:mod:`~async_rl_ros.envs.rtde_probe`)."""
+    try:
+        count = count_packets(ip, want, RATE_WINDOW_S)
+    except (OSError, struct.error) as exc:
+        return Check('RTDE frequency', FAIL, f'cannot count RTDE packets: {exc}')
+    ok = abs(count.rate - want) <= 0.1 * want
+    return Check('RTDE frequency', PASS if ok else FAIL,
+                 f'{count.rate:.0f} Hz measured ({count.packets} packets over '
+                 f'{count.span_s:.3f} s of controller time), {want:g} Hz requested')
 
 
 def _realtime(require: bool) -> Check:
@@ -138,11 +140,7 @@ def run_checks(ip: str, frequency: float = 500.0, max_latency_ms: float = 50.0,
             checks.append(Check('controller version', PASS, f'{version} ({series})'))
         try:
             receive = rtde_receive.RTDEReceiveInterface(ip, min(frequency, top))
-            rate = _rtde_rate(receive)
-            want = min(frequency, top)
-            ok = abs(rate - want) <= 0.1 * want
-            checks.append(Check('RTDE frequency', PASS if ok else FAIL,
-                                f'{rate:.0f} Hz measured, {want:g} Hz requested'))
+            checks.append(_rtde_rate(ip, min(frequency, top)))
             mode = int(receive.getRobotMode())
             mode_name = ROBOT_MODES.get(mode, str(mode))
             running = mode == ROBOT_MODE_RUNNING

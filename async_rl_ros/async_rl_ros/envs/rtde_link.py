@@ -78,9 +78,11 @@ class ClientProcess:
     :param ip: controller address.
     :param frequency: RTDE rate (Hz).
     :param timeout: default deadline of one reply (s); a later reply means a lost link.
+    :param priority: ``SCHED_FIFO`` priority of the child (0: normal priority);
+        :attr:`priority_refused` says why the OS refused it (``None``: granted or not asked).
     """
 
-    def __init__(self, ip: str, frequency: float, timeout: float):
+    def __init__(self, ip: str, frequency: float, timeout: float, priority: int = 0):
         self.ip = ip
         self.frequency = float(frequency)
         self.timeout = float(timeout)
@@ -94,14 +96,15 @@ class ClientProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, '-u', str(_CHILD), '--fd', str(child.fileno()),
                  '--parent-pid', str(os.getpid()), '--pdeathsig', 'kill' if main else 'term',
-                 '--ip', ip, '--frequency', repr(self.frequency)],
+                 '--ip', ip, '--frequency', repr(self.frequency),
+                 '--priority', str(int(priority))],
                 pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2,
                 close_fds=True, start_new_session=True)  # Ctrl-C is for the worker alone
         finally:
             child.close()
         self._conn = Connection(parent.detach())
         self._finalizer = weakref.finalize(self, _kill, self.proc, os.getpid())
-        self.pid = self._receive(_START_TIMEOUT, 'start')
+        self.pid, self.priority_refused = self._receive(_START_TIMEOUT, 'start')
 
     # ------------------------------------------------------------------ requests
     def request(self, op: str, *args: Any, timeout: float | None = None) -> Any:

@@ -42,6 +42,7 @@ _PROGRAM_TIMEOUT = 5.0   # s: wait for the re-uploaded control script to run
 _UNLOCK_TIMEOUT = 10.0   # s: retries of a refused unlock after the cool-down
 _FRESH_TIMEOUT = 1.0     # s: wait for a fresh sample before declaring the link lost
 _CONNECT_TIMEOUT = 15.0  # s: constructors of the ur_rtde clients (script upload included)
+_RECOVERIES = 8          # recoveries in a row before the supervisor asks for a person
 
 Cause = tuple[str, str]  # (interruption kind, reason in words)
 
@@ -64,13 +65,24 @@ class Recovery:
     link: ClientProcess | None
     events: list[tuple[float, str, str]]
 
+    def events_of(self: Any, kind: str) -> list[str]:
+        """Return the details of the recorded events of ``kind``."""
+        return [detail for _, k, detail in self.events if k == kind]
+
     # ------------------------------------------------------------------ connection
     def _open_link(self: Any) -> None:
         """Start a client process, connect it, set up the control script; raise on failure."""
         self._drop_link()
         self.clock.reset()
         self._control_up = False   # no control script of this link yet: nothing to halt
-        link = self.link = ClientProcess(self.ip, self.frequency, self.rt.client_timeout_s)
+        self._watchdog_on = False
+        link = self.link = ClientProcess(self.ip, self.frequency, self.rt.client_timeout_s,
+                                         self.priority)
+        if link.priority_refused and not self.events_of('priority_refused'):
+            self.events.append((time.monotonic(), 'priority_refused', link.priority_refused))
+            _LOG.warning('the ur_rtde client process runs at normal priority: %s; allow it with '
+                         '`ulimit -r 50` (rtprio in /etc/security/limits.conf) or CAP_SYS_NICE, '
+                         'or set rtde.rt_priority to 0', link.priority_refused)
         version = link.request('dashboard', timeout=_CONNECT_TIMEOUT)
         major = controller_major(version)
         self.series = 'e-Series' if major >= 5 else 'CB3'
@@ -94,10 +106,23 @@ class Recovery:
         self._arm_program()
 
     def _arm_program(self: Any) -> None:
-        """Set up a freshly started control script: flange TCP, watchdog."""
+        """Set up a freshly started control script: flange TCP; the watchdog once driving."""
         self.link.call('control', 'setTcp', [0.0] * 6)
-        if not self.link.call('control', 'setWatchdog', float(self.rt.watchdog_min_hz)):
-            raise RuntimeError('setWatchdog failed: the control script is not running')
+        self._watchdog_on = False
+        if self._driving:
+            self._arm_watchdog()
+
+    def _arm_watchdog(self: Any) -> None:
+        """
+        Arm the controller's watchdog (from the first reset or step on, not at connection).
+
+        Armed at connection, it would end the program whenever the first command comes later
+        than one watchdog period (a node configured, activated later).
+        """
+        if not self._watchdog_on:
+            if not self.link.call('control', 'setWatchdog', float(self.rt.watchdog_min_hz)):
+                raise RuntimeError('setWatchdog failed: the control script is not running')
+            self._watchdog_on = True
 
     def _drop_link(self: Any) -> None:
         """Disconnect and end the client process (killed if it does not answer at once)."""
@@ -130,6 +155,11 @@ class Recovery:
             self.events.append((time.monotonic(), 'reconnected', f'after {attempt} attempts'))
             return
         self.halted = True
+        if 'script' in last:
+            raise NeedsPerson(f'the control script does not start on {self.ip}: {attempt} fresh '
+                              f'connections failed (last: {last}). A person must check the '
+                              'controller: remote control, the program state and the safety '
+                              'status on the teach pendant')
         raise NeedsPerson(f'lost the connection to {self.ip} and {attempt} reconnection '
                           f'attempts failed (last: {last}): check the network and the '
                           'controller')
@@ -138,7 +168,7 @@ class Recovery:
     def _ensure_ready(self: Any) -> Cause | None:
         """Recover until the controller runs; return what was recovered (None: nothing)."""
         first = None
-        for _ in range(8):
+        for _ in range(_RECOVERIES):
             verdict, why = self._verdict()
             if verdict is Verdict.RUN:
                 return first
@@ -164,6 +194,13 @@ class Recovery:
                     self._reconnect()
             except LinkLost:
                 continue   # the client process died during the recovery: reconnect next
+            except (NeedsPerson, BackendInterrupted):
+                raise
+            except RuntimeError as exc:   # the client raised, the script does not start
+                self.events.append((time.monotonic(), 'recovery_failed', f'{why}: {exc}'))
+                _LOG.warning('supervisor: recovering from "%s" failed (%s); reconnecting', why,
+                             exc)
+                self._reconnect()   # a fresh client uploads its script anew, with back-off
         raise NeedsPerson(f'the controller does not recover ({first[1]}); a person must check '
                           'it')
 
@@ -207,7 +244,8 @@ class Recovery:
         deadline = time.monotonic() + _PROGRAM_TIMEOUT
         while not link.call('control', 'isProgramRunning'):
             if time.monotonic() > deadline:
-                raise RuntimeError('the re-uploaded control script does not start')
+                raise RuntimeError(f'the re-uploaded control script did not start within '
+                                   f'{_PROGRAM_TIMEOUT:g} s')
             self._sleep(0.01)
         self._arm_program()
         self.events.append((time.monotonic(), 'program_restarted', 'control script running'))

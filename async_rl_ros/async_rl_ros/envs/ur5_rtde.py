@@ -25,7 +25,8 @@ asynchronous ``moveJ`` to the start pose during which the watchdog keeps being k
 The safety supervisor runs around every call (rules in :mod:`async_rl_ros.envs.rtde_supervisor`,
 recovery in :mod:`async_rl_ros.envs.rtde_recovery`):
 
-* the ur_rtde watchdog is armed, so the controller stops the arm when the worker stalls;
+* the ur_rtde watchdog is armed from the first reset or step on, so the controller stops the
+  arm when the worker stalls;
 * before and after each command the controller status is classified: a protective stop is
   logged (too many within the window raise :class:`NeedsPerson`), waited out, unlocked through
   the dashboard, the control script re-uploaded; a stopped program is restarted; a lost link
@@ -58,24 +59,22 @@ import time
 from typing import Any, Callable, Iterator
 
 from async_rl_ros.core.config import EnvWorkerConfig
+from async_rl_ros.core.workers import realtime
+from async_rl_ros.core.workers.step_budget import StepBudget
 from async_rl_ros.envs.arm import ArmState, rotvec_to_quat
 from async_rl_ros.envs.rtde_link import ClientProcess, LinkLost
+from async_rl_ros.envs.rtde_moves import floats as _floats, Moves
 from async_rl_ros.envs.rtde_recovery import (BackendInterrupted, Cause, controller_major,
                                              Recovery)
-from async_rl_ros.envs.rtde_supervisor import (classify, NeedsPerson, PolicyGate,
-                                               ProtectiveStopLog, RUNTIME_PLAYING, StateClock,
-                                               Verdict)
+from async_rl_ros.envs.rtde_stop import HALT_MASK, Stopping
+from async_rl_ros.envs.rtde_supervisor import (NeedsPerson, PolicyGate, ProtectiveStopLog,
+                                               StateClock, Verdict)
 from async_rl_ros.envs.safety import SafetyFilter
-from async_rl_ros.envs.ur5_kinematics import fk_position
 import numpy as np
 
 __all__ = ['UR5RTDE', 'NeedsPerson', 'import_ur_rtde', 'controller_major']
 
 _LOG = logging.getLogger(__name__)
-_REST_SPEED = 1e-3      # rad/s: below this on every joint the arm counts as at rest
-_REST_ERROR = 2e-3      # rad: reset target reached
-_STOP_ATTEMPTS = 3      # refused speedStop/stopScript are retried this often
-_STOP_CONFIRM = 0.5     # s: wait for the program to end after stopScript
 _STALE = 'stale data', 'stale controller state'
 
 
@@ -97,11 +96,7 @@ def _check_ur_rtde() -> None:
                            f'{", ".join(missing)}): pip install ur-rtde==1.6.5')
 
 
-def _floats(values: Any) -> list[float]:
-    return [float(x) for x in values]
-
-
-class UR5RTDE(Recovery):
+class UR5RTDE(Stopping, Moves, Recovery):
     """
     A physical UR5 behind a UR controller (CB3 or e-Series), supervised.
 
@@ -142,7 +137,15 @@ class UR5RTDE(Recovery):
         self._runtime = 0                     # runtime_state of the newest sample
         self._sample: tuple | None = None     # the verdict's sample, until the next request
         self._control_up = False              # the link's control interface was started
+        self._driving = False                 # a reset or step came: the watchdog is armed
+        self._watchdog_on = False             # the watchdog of this link's script is armed
+        self._last_q = np.zeros(6)            # rad: joints of the newest sample
         self.link: ClientProcess | None = None
+        #: timing of every step (observation in, policy, filter, command out)
+        self.budget = StepBudget(self.dt)
+        #: SCHED_FIFO priority of the client process (0: none); the control loop's is lower
+        self.priority = int(cfg.rtde.rt_priority)
+        self.control_thread = realtime.ControlThread(realtime.control_priority(self.priority))
         self.series = 'e-Series'
         _check_ur_rtde()
         try:
@@ -159,6 +162,8 @@ class UR5RTDE(Recovery):
     def reset(self, q: np.ndarray) -> ArmState:
         """Move (``moveJ``) to the start pose ``q`` (rad) and return the state at rest there."""
         with self._guard():
+            self._start_driving()
+            self.budget.abandon()
             q = np.asarray(q, dtype=np.float64)
             reasons = []
             for _ in range(self.rt.protective_stop_limit + 2):
@@ -168,8 +173,10 @@ class UR5RTDE(Recovery):
                     reasons.append(cause[1])
                 state = self._require_fresh()
                 self._check_reset_path(state.q, q)
-                if self._move_to(q):
+                why = self._move_to(q)
+                if not why:
                     break
+                reasons.append(why)
             else:
                 raise NeedsPerson('the reset move was interrupted again and again: '
                                   + '; '.join(reasons))
@@ -177,25 +184,27 @@ class UR5RTDE(Recovery):
             self._servo_target = None
             state = self._require_fresh()
             self.filter.reset()
+            self.budget.observed(time.monotonic(), time.monotonic())
             return state
 
     def step(self, qd: np.ndarray) -> ArmState:
         """Hold joint velocities ``qd`` (rad/s, already filtered) for one control period."""
         with self._guard():
             self.interrupted = self.interruption = None
-            cause = self._ensure_ready() or self._hold_while_gated()
-            state, cause = self._fresh_or(cause)
+            self._start_driving()
+            cause = self._hold_while_gated()
+            ok = False
+            if cause is None:
+                ok, cause = self._command(np.asarray(qd, dtype=np.float64))
             if cause is not None:
                 # No command this step: return a state read after the recovery or the hold.
                 return self._interrupt_step(cause)
-            ok = self._command(np.asarray(qd, dtype=np.float64), state)
-            self._wait_step()
-            cause = self._ensure_ready()
+            state, cause = self._checked(self._wait_step())
             if cause is None and not ok:
                 cause = 'command refused', 'command refused by the controller'
-            state, cause = self._fresh_or(cause)
             if cause is not None:
                 return self._interrupt_step(cause)
+            self.budget.observed(self._step_end, time.monotonic())
             return state
 
     def read(self) -> ArmState:
@@ -216,6 +225,7 @@ class UR5RTDE(Recovery):
         if not r_ok or q.shape != (6,) or pose.shape != (6,):
             raise RuntimeError('the receive interface returned no state (link down?)')
         self._runtime = int(runtime)
+        self._last_q = q
         self.clock.observe(float(stamp), time.monotonic())
         return ArmState(q=q, qd=np.asarray(qd, dtype=np.float64), ee_pos=pose[:3],
                         ee_quat=rotvec_to_quat(pose[3:]), stamp=float(stamp))
@@ -225,13 +235,24 @@ class UR5RTDE(Recovery):
         Return what a run's summary reports about the real arm.
 
         ``interruptions``: truncated steps by kind; ``stop_failures``: stops that could not be
-        confirmed; ``reconnects``: fresh client processes after a lost link; ``client_losses``:
-        client processes that died, hung or broke the pipe (a native crash among them).
+        confirmed; ``stops_in_effect``: refused stops that the controller's state showed to
+        be in effect already; ``reconnects``: fresh client processes after a lost link;
+        ``client_losses``: client processes that died, hung or broke the pipe (a native crash
+        among them); ``realtime``: the priorities taken (0: none) and why one was refused;
+        and the step budget (:meth:`StepBudget.summary`): ``step_ms``, ``phase_ms``,
+        ``deadline_ms``, ``deadline_misses``, ``first_action_ms``.
         """
         kinds = [kind for _, kind, _ in self.events]
+        link = self.link
+        refused = link.priority_refused if link is not None else None
         return {'interruptions': dict(self.interruptions), 'stop_failures': self.stop_failures,
+                'stops_in_effect': kinds.count('stop_in_effect'),
                 'reconnects': kinds.count('reconnected'),
-                'client_losses': kinds.count('client_lost')}
+                'client_losses': kinds.count('client_lost'),
+                'realtime': {'client_priority': 0 if refused else self.priority,
+                             'control_priority': self.control_thread.got.get('priority', 0),
+                             'refused': refused},
+                **self.budget.summary()}
 
     def use_config(self, cfg: EnvWorkerConfig) -> None:
         """
@@ -272,6 +293,7 @@ class UR5RTDE(Recovery):
         with self._lock:
             self._halt()
             self._drop_link()
+            self.control_thread.restore()
 
     def __enter__(self) -> 'UR5RTDE':
         """Use as a context manager: :meth:`close` on exit."""
@@ -302,14 +324,23 @@ class UR5RTDE(Recovery):
                         'controller stops it; a person must check the arm') from exc
                 raise
 
-    def _fresh_or(self, cause: Cause | None) -> tuple[ArmState | None, Cause | None]:
+    def _start_driving(self) -> None:
+        """Take the control loop's priority and arm the watchdog (a stopped script: later)."""
+        self.control_thread.enter()
+        self._driving = True
+        if self.link is not None and not self._watchdog_on:
+            with contextlib.suppress(RuntimeError):   # the supervisor restarts the script
+                self._arm_watchdog()
+
+    def _fresh_or(self, cause: Cause | None, sample: tuple | None = None
+                  ) -> tuple[ArmState | None, Cause | None]:
         """
         Read the state; a stale sample or a lost client becomes the cause (if none yet).
 
-        The sample the supervisor's verdict was drawn from just before is used when there is
-        one (one request fewer per check).
+        ``sample`` (or else the one the supervisor's verdict was drawn from just before) is
+        used when there is one (one request fewer per check).
         """
-        sample, self._sample = self._sample, None
+        sample, self._sample = sample or self._sample, None
         try:
             state = self._to_state(sample) if sample is not None else self.read()
         except RuntimeError as exc:
@@ -317,38 +348,72 @@ class UR5RTDE(Recovery):
                 raise
             return None, cause or ('lost link', f'lost the RTDE connection ({exc})')
         if cause is None and self.clock.age(time.monotonic()) > self.dt:
-            self._stop_motion()  # the next command would act on an old observation
-            self.events.append((time.monotonic(), 'stale', _STALE[1]))
-            cause = _STALE
+            cause = self._stale()
         return state, cause
+
+    def _stale(self) -> Cause:
+        self._stop_motion()  # the next command would act on an old observation
+        self.events.append((time.monotonic(), 'stale', _STALE[1]))
+        self.budget.missed('stale')
+        return _STALE
+
+    def _checked(self, sample: tuple | None) -> tuple[ArmState | None, Cause | None]:
+        """Judge a sample: recover unless the controller runs; the state and the cause."""
+        if sample is not None and self._classify(sample)[0] is Verdict.RUN:
+            return self._fresh_or(None, sample)
+        return self._fresh_or(self._ensure_ready())
 
     def _interrupt_step(self, cause: Cause) -> ArmState:
         kind, why = cause
         self.interrupted, self.interruption = why, kind
         self.interruptions[kind] += 1
         self._servo_target = None
-        return self._require_fresh()
+        self.budget.abandon()
+        state = self._require_fresh()
+        self.budget.observed(time.monotonic(), time.monotonic())
+        return state
 
-    def _command(self, qd: np.ndarray, state: ArmState) -> bool:
-        v = qd * self.scale
-        try:
-            if self.rt.control_mode == 'servoj':
-                # Integrate the position targets (the trajectory the safety filter approved),
-                # anchored at the measured joints after every reset or interruption.
-                anchor = state.q if self._servo_target is None else self._servo_target
-                self._servo_target = anchor + v * self.dt
-                return bool(self.link.call('control', 'servoJ', _floats(self._servo_target),
-                                           0.0, 0.0, self.dt, self.rt.servoj_lookahead,
-                                           self.rt.servoj_gain))
-            return bool(self.link.call('control', 'speedJ', _floats(v), self.rt.acceleration,
-                                       self.dt))
-        except RuntimeError as exc:
-            _LOG.warning('command failed: %s', exc)
-            return False
-
-    def _wait_step(self) -> None:
+    def _command(self, qd: np.ndarray) -> tuple[bool, Cause | None]:
         """
-        Wait for the end of the RL step, in controller periods (initPeriod/waitPeriod).
+        Send this step's command, checked against the newest sample in the same request.
+
+        :returns: whether the controller took it, and why it was not sent (``None``: sent).
+        """
+        if self.clock.offset is None:
+            self._require_fresh()   # no clock yet: the client could not judge the age
+        v = qd * self.scale
+        if self.rt.control_mode == 'servoj':
+            # Integrate the position targets (the trajectory the safety filter approved),
+            # anchored at the measured joints after every reset or interruption.
+            anchor = self._last_q if self._servo_target is None else self._servo_target
+            target = anchor + v * self.dt
+            method, args = 'servoJ', [_floats(target), 0.0, 0.0, self.dt,
+                                      self.rt.servoj_lookahead, self.rt.servoj_gain]
+        else:
+            target = None
+            method, args = 'speedJ', [_floats(v), self.rt.acceleration, self.dt]
+        start = time.monotonic()
+        try:
+            result, sample = self.link.request('command', method, args, self.clock.offset,
+                                               self.dt, HALT_MASK)
+        except RuntimeError as exc:   # LinkLost, or the client raised
+            _LOG.warning('command failed: %s', exc)
+            self.budget.abandon()
+            return False, self._ensure_ready() or ('command refused',
+                                                   f'the command failed ({exc})')
+        if result is None:   # not sent: the controller does not run, or the state is old
+            self.budget.abandon()
+            state, cause = self._checked(sample)
+            return False, cause or self._stale()
+        now = time.monotonic()
+        self._to_state(sample)
+        self.budget.commanded(now, now - start)
+        self._servo_target = target
+        return bool(result), None
+
+    def _wait_step(self) -> tuple | None:
+        """
+        Sleep (in the client) until the end of the RL step; return the sample read then.
 
         Steps keep a fixed cadence of ``task.dt``: the time the supervisor and the env spend
         comes out of the wait (the cadence restarts after a longer interruption).
@@ -358,141 +423,8 @@ class UR5RTDE(Recovery):
             self._step_end = now  # first step, or after a pause: restart the cadence
         self._step_end += self.dt
         try:
-            self.link.request('wait', self._step_end,
-                              timeout=self._step_end - now + self.rt.client_timeout_s)
+            return self.link.request('wait', self._step_end,
+                                     timeout=self._step_end - now + self.rt.client_timeout_s)
         except RuntimeError as exc:
             _LOG.warning('wait failed: %s', exc)  # the supervisor looks at the link next
-
-    # ------------------------------------------------------------------ stopping
-    def _verdict(self, control_required: bool = True) -> tuple[Verdict, str]:
-        try:
-            sample = self._request_sample()
-        except RuntimeError as exc:
-            verdict, why = classify(False, 0, 0)
-            return verdict, f'{why} ({exc})'
-        r_ok, c_ok, _, _, _, _, bits, runtime, mode = sample
-        self._sample = sample    # the step reads the state from it
-        self._runtime = int(runtime)
-        return classify(bool(r_ok and (c_ok or not control_required)), int(bits), int(runtime),
-                        int(mode))
-
-    def _stop_motion(self) -> bool:
-        """
-        ``speedStop`` (``servoStop``); True once the controller confirmed it.
-
-        A stop refused while the control script runs is retried, then the program is stopped
-        through the dashboard and :class:`NeedsPerson` raised. The stop counts as confirmed
-        when the script no longer runs (the controller stops the arm itself). False, reported,
-        when the client cannot reach the controller: its watchdog stops the arm.
-        """
-        self._servo_target = None
-        link = self.link
-        if link is None or not link.alive():   # counted as the lost link it is
-            _LOG.warning('no stop sent: no link to the controller (its watchdog stops the arm)')
-            return False
-        method = 'servoStop' if self.rt.control_mode == 'servoj' else 'speedStop'
-        why = ''
-        for _ in range(_STOP_ATTEMPTS):
-            try:
-                if link.call('control', method, self.rt.acceleration):
-                    return True
-                why = f'{method} returned false'
-            except LinkLost as exc:
-                return self._stop_failed(f'{method}: {exc} (the watchdog stops the arm)')
-            except RuntimeError as exc:
-                why = f'{method} failed: {exc}'
-            verdict, _ = self._verdict()
-            if verdict is Verdict.DISCONNECTED:
-                return self._stop_failed(f'{why}, then the link was lost')
-            if self._runtime != RUNTIME_PLAYING:
-                return True   # no program: the controller holds the arm
-        self._stop_failed(why)
-        with contextlib.suppress(RuntimeError):
-            link.call('dashboard', 'stop')
-        self.halted = True
-        raise NeedsPerson(f'the controller refused to stop the arm ({why}, {_STOP_ATTEMPTS} '
-                          'times); its program was stopped through the dashboard. A person '
-                          'must check the arm before restarting the worker.')
-
-    def _stop_failed(self, why: str) -> bool:
-        self.stop_failures += 1
-        self.events.append((time.monotonic(), 'stop_failed', why))
-        _LOG.error('the stop of the arm is not confirmed: %s', why)
-        return False
-
-    def _halt(self) -> bool:
-        """``speedStop`` then ``stopScript``; True once confirmed. Never raises: reports."""
-        link = self.link
-        if link is None or not self._control_up:
-            return True   # closed already, or no control script was started through it
-        try:
-            verdict, why = self._verdict()
-            if verdict is Verdict.DISCONNECTED:
-                return self._stop_failed(f'halt: {why}; the watchdog of the controller stops '
-                                         'the arm')
-            if self._runtime != RUNTIME_PLAYING:
-                return True
-            stopped = self._stop_motion()
-            for _ in range(_STOP_ATTEMPTS):
-                link.call('control', 'stopScript')
-                deadline = time.monotonic() + _STOP_CONFIRM
-                while time.monotonic() < deadline:
-                    if not link.call('control', 'isProgramRunning'):
-                        return stopped
-                    time.sleep(0.01)
-            link.call('dashboard', 'stop')
-            if link.call('control', 'isProgramRunning'):
-                return self._stop_failed('stopScript and the dashboard stop left the control '
-                                         'script running')
-            return stopped
-        except RuntimeError as exc:   # NeedsPerson and LinkLost included: reported
-            return self._stop_failed(f'halt: {exc}')
-
-    # ------------------------------------------------------------------ resets
-    def _move_to(self, q: np.ndarray) -> bool:
-        """Asynchronous moveJ to ``q``; kick the watchdog until at rest there. False if cut."""
-        link = self.link
-        speed = self.rt.reset_speed * self.scale
-        try:
-            state = self.read()
-            distance = float(np.max(np.abs(q - state.q)))
-            if distance < _REST_ERROR:
-                return True
-            if not link.call('control', 'moveJ', _floats(q), speed, self.rt.reset_acceleration,
-                             True):
-                return False
-            limit = 3.0 * (distance / speed + speed / self.rt.reset_acceleration) + 2.0
-            deadline = time.monotonic() + limit
-            while time.monotonic() < deadline:
-                self._sleep(5.0 * (1.0 / self.frequency) + 0.01)
-                link.call('control', 'kickWatchdog')
-                verdict, why = self._verdict()
-                if verdict is not Verdict.RUN:
-                    self.events.append((time.monotonic(), 'reset_interrupted', why))
-                    return False
-                state = self.read()
-                if float(np.max(np.abs(q - state.q))) < _REST_ERROR and \
-                        float(np.max(np.abs(state.qd))) < _REST_SPEED:
-                    return True
-        except LinkLost as exc:   # the supervisor reconnects before the next attempt
-            self.events.append((time.monotonic(), 'reset_interrupted', str(exc)))
-            return False
-        self._stop_motion()
-        raise RuntimeError(f'the reset moveJ did not reach {np.round(q, 3).tolist()} within '
-                           f'{limit:.1f} s')
-
-    def _check_reset_path(self, q0: np.ndarray, q1: np.ndarray) -> None:
-        """Refuse a reset target outside the limits or a joint-space path leaving the box."""
-        f = self.filter
-        for i, (x, lo, hi) in enumerate(zip(q1, f.q_low, f.q_high)):
-            if not lo <= x <= hi:
-                raise NeedsPerson(f'reset target joint {i} = {x:.3f} rad is outside the safety '
-                                  f'limits [{lo:.3f}, {hi:.3f}]')
-        allowed = f.violation(fk_position(q0)) + 1e-9
-        for s in np.linspace(0.0, 1.0, 33)[1:]:
-            p = fk_position(q0 + s * (q1 - q0))
-            if f.violation(p) > allowed:
-                raise NeedsPerson(
-                    f'the moveJ from {np.round(q0, 3).tolist()} to {np.round(q1, 3).tolist()} '
-                    f'would take the flange to {tuple(round(x, 3) for x in p)} m, outside the '
-                    'safety box: jog the arm back by hand (freedrive) before restarting')
+            return None

@@ -20,7 +20,9 @@ The lifecycle every node that drives an arm shares (``env_worker``, ``policy_run
 *deactivate* asks the thread to stop, waits for it and stops the arm; *cleanup*, *shutdown*
 and *error* also release the environment and the node's timers, publishers and
 subscriptions. The node's ``label`` (unconfigured, inactive, active, finalized) goes into
-its status messages.
+its status messages. A physical arm's control loop (its step budget: step and phase
+percentiles, deadline misses by cause, real-time priorities) goes out on ``/diagnostics``
+with every status (:meth:`ArmNode.publish_loop_diagnostics`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ import threading
 from typing import Any, Callable
 
 from async_rl_ros.core.workers.runtime import backend_call
+from async_rl_ros.core.workers.step_budget import loop_health
+from async_rl_ros.ros import qos, topics
+from async_rl_ros.ros.diagnostics import diagnostic_status, OK, WARN
 from async_rl_ros.ros.node_utils import apply_env_config
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.publisher import Publisher
 from rclpy.subscription import Subscription
@@ -56,6 +62,9 @@ class ArmNode(LifecycleNode):
         self.stop_event = threading.Event()
         self.entities: list[Any] = []  # timers, publishers, subscriptions of configure
         self._thread: threading.Thread | None = None
+        self._diag_pub = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS,
+                                               qos.DIAGNOSTICS)
+        self._misses = 0
 
     # ------------------------------------------------------------------ subclass hooks
     def build(self) -> bool:
@@ -71,6 +80,21 @@ class ArmNode(LifecycleNode):
         self.stop_event.set()
         if self.env is not None:
             backend_call(self.env, 'interrupt')
+
+    def publish_loop_diagnostics(self) -> None:
+        """Publish the arm's control loop on ``/diagnostics`` (a simulated arm has none)."""
+        backend = getattr(getattr(self.env, 'unwrapped', self.env), 'backend', None)
+        summary = getattr(backend, 'summary', None)
+        if summary is None:
+            return
+        level, message, values, self._misses = loop_health(summary(), self._misses)
+        array_ = DiagnosticArray()
+        array_.header.stamp = self.get_clock().now().to_msg()
+        array_.status = [diagnostic_status(
+            f'{self.get_fully_qualified_name()}: control loop',
+            WARN if level == 'warn' else OK, message, values,
+            hardware_id=str(getattr(backend, 'ip', '')))]
+        self._diag_pub.publish(array_)
 
     def on_env_config(self, section: Any, keys: tuple[str, ...]) -> None:
         """Apply an accepted ``env_worker`` parameter change to the running environment."""

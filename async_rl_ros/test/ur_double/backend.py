@@ -38,7 +38,9 @@ def make_cfg(ip, **overrides):
             'rtde.protective_stop_cooldown_s': COOLDOWN, 'rtde.reconnect_initial_s': 0.1,
             'rtde.reconnect_max_s': 0.4, 'task.home_noise': 0.02,
             # 500 ms: a busy CI machine must not trip it by accident (default 10 Hz)
-            'rtde.watchdog_min_hz': 2.0}
+            'rtde.watchdog_min_hz': 2.0,
+            # no real-time priority for the test process (the loop tests ask for it themselves)
+            'rtde.rt_priority': 0}
     flat.update(overrides)
     return EnvWorkerConfig().replace(**flat)
 

@@ -71,6 +71,7 @@ class Controller:
         self.remote_control = True
         self.robot_mode = ROBOT_MODE_RUNNING  # powered on, brakes released
         self.ignore_stops = False     # fault: speedStop/servoStop/stopJ/stopScript never finish
+        self.refuse_uploads = 0       # fault: this many uploaded scripts do not start
         self.inputs: dict[str, float] = {}
         self.last_input = 0.0         # monotonic time of the last register write
         self.out_int = [0] * 48
@@ -115,6 +116,10 @@ class Controller:
             self._halt_program('STOPPED')
             if self.safety != 'NORMAL' or self.robot_mode != ROBOT_MODE_RUNNING:
                 return  # a real controller refuses to start a program while stopped or off
+            if self.refuse_uploads > 0:
+                self.refuse_uploads -= 1
+                self.log.append((round(self.now(), 3), 'upload refused'))
+                return
             self.inputs = {}
             self.executing = False
             self.busy = False
@@ -145,11 +150,16 @@ class Controller:
             self.last_input = time.monotonic()
 
     # ------------------------------------------------------------------ faults
-    def protective_stop(self) -> None:
-        """Trigger a protective stop: motion halts, the program stops."""
+    def protective_stop(self, keep_program: bool = False) -> None:
+        """
+        Trigger a protective stop: motion halts, the program stops.
+
+        :param keep_program: the program stays PLAYING (some controllers pause it instead of
+            ending it); it runs no command until the stop is unlocked.
+        """
         with self.lock:
             self.protective_stops += 1
-            self._enter_safety('PROTECTIVE_STOP')
+            self._enter_safety('PROTECTIVE_STOP', keep_program)
 
     def emergency_stop(self) -> None:
         """Press the emergency stop: motion halts, the program stops, nothing unlocks it."""
@@ -175,11 +185,12 @@ class Controller:
         with self.lock:
             self.robot_mode = ROBOT_MODE['RUNNING' if release_brakes else 'IDLE']
 
-    def _enter_safety(self, mode: str) -> None:
+    def _enter_safety(self, mode: str, keep_program: bool = False) -> None:
         self.safety = mode
         self.safety_since = time.monotonic()
         self.mode, self.accel = 'stop', STOP_DECEL
-        self._halt_program('STOPPED')
+        if not keep_program:
+            self._halt_program('STOPPED')
 
     def unlock_protective_stop(self) -> str:
         """Return the dashboard answer to ``unlock protective stop``."""

@@ -438,8 +438,10 @@ class DoubleServer:
             state['packages_sent'] = self.packages_sent
             state['motion_writes_frozen'] = self.motion_writes_frozen
             return state
-        if verb == 'protective_stop':
-            ctrl.protective_stop()
+        if verb == 'protective_stop':   # 'protective_stop keep': the program keeps running
+            ctrl.protective_stop(keep_program=bool(args) and args[0] == 'keep')
+        elif verb == 'refuse_script':    # the next N uploaded scripts do not start
+            ctrl.refuse_uploads = int(args[0]) if args else 1
         elif verb == 'estop':
             ctrl.emergency_stop()
         elif verb == 'power_off':
