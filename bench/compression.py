@@ -59,8 +59,7 @@ from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
                                                        ShardPacket, ShardReplica)
-from async_rl_ros.core.workers.runtime import build_env
-from async_rl_ros.envs.reach_task import reach_goal_spec
+from async_rl_ros.envs.factory import build_env
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 import numpy as np
 import torch
@@ -89,9 +88,8 @@ def train(seed: int, warmup_steps: int) -> tuple[Learner, object]:
     env_cfg = EnvWorkerConfig()
     cfg = LearnerConfig().replace(**{'seed': seed,
                                      'checkpoint.directory': '/tmp/async_rl_bench_compression'})
-    env = build_env(env_cfg)
-    learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0],
-                      goal_spec=reach_goal_spec(env_cfg.task))
+    env, spec = build_env(env_cfg)
+    learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
     loop = single_process_loop(learner, env, seed=seed)
     loop.maybe_publish()
     while learner.env_steps < warmup_steps:

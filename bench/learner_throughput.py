@@ -44,7 +44,7 @@ from typing import Callable
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, load_node_config
 from async_rl_ros.core.learning import sac as sac_lib
 from async_rl_ros.core.learning.learner import Learner
-from async_rl_ros.envs.reach_task import reach_goal_spec
+from async_rl_ros.envs.tasks import resolve_task
 from async_rl_ros.local.cli import default_config_path
 
 import numpy as np
@@ -123,8 +123,8 @@ def make_learner(cfg: LearnerConfig, transitions: int) -> Learner:
     :param cfg: the learner section.
     :param transitions: env steps ingested (a multiple of the episode length).
     """
-    goal = reach_goal_spec(EnvWorkerConfig().task)
-    learner = Learner(cfg, OBS_DIM, ACT_DIM, goal_spec=goal)
+    _, spec = resolve_task(EnvWorkerConfig())  # the reach task's goal spec
+    learner = Learner(cfg, OBS_DIM, ACT_DIM, goal_spec=spec.goal)
     rng = np.random.default_rng(0)
     for episode in range(max(1, transitions // EPISODE)):
         obs = rng.standard_normal((EPISODE + 1, OBS_DIM), dtype=np.float32)

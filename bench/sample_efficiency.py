@@ -13,59 +13,100 @@
 # limitations under the License.
 
 """
-Sample efficiency on the simulated UR5 reach task: this learner vs Stable-Baselines3 SAC.
+Sample efficiency on one task: this learner vs SB3 SAC + HER and sb3-contrib TQC + HER.
 
-Both train single-process on the same env (the shipped ``config/train.yaml``), for the same
-number of env steps, with the same seeds; runs go ``--jobs`` at a time, one per core, with one
-torch thread each, so they share the machine alike. This learner runs
-``single_process_loop`` with the shipped learner defaults and the reach task's goal spec
-(hindsight relabeling); SB3 runs with its own defaults (256x256 networks, batch 256, learning
-rate 3e-4, automatic temperature, one update per step).
+``--task`` picks the task as ``async-rl-train --task`` does: ``reach`` (the simulated UR5
+reach task, the default), ``gym:PandaReach-v3``, ``gym:PandaPush-v3``... Every run trains
+single-process, for the same number of env steps, with the same seeds; runs go ``--jobs`` at
+a time, one per core, with one torch thread each, so they share the machine alike.
+
+* This learner runs ``single_process_loop`` with the shipped learner defaults
+  (``config/train.yaml``, its ``env_worker`` section with ``task.name`` set) and the task's
+  goal spec (hindsight relabeling).
+* The baselines train on the task as Gymnasium offers it: ``gymnasium.make(ID)`` for
+  ``gym:ID``, ``gymnasium.make('async_rl_ros/UR5Reach-v0')`` (the goal-conditioned view, with
+  the shipped ``env_worker`` settings) for ``reach``; with ``HerReplayBuffer`` and
+  rl-baselines3-zoo's tuned panda-gym hyperparameters (:data:`ZOO`).
 
 Every ``--eval-every`` env steps the deterministic policy is evaluated on the same 40
-episodes (fixed seed; with 20, a policy that succeeds 95 % of the time scores below 90 % at
-one mark in 13, so "stays >= 90 %" would judge the evaluation's noise; with 40, one in 21).
-For this learner that is the policy its evaluator scores and a run exports: the averaged
-actor when ``sac.policy_average_tau > 0`` (its window set by ``sac.policy_average_fraction``),
-and then the online actor too, in a row of its own. Reported per run: the success rate at
-those marks, the env steps and training seconds (evaluations excluded) to the first mark at
->= 95 %, and whether every later mark stays >= 90 %.
+episodes (episode ``k`` reset with seed ``1,000,000 + k``: the same starts and goals for every
+learner; with 20, a policy that succeeds 95 % of the time scores below 90 % at one mark in
+13, so "stays >= 90 %" would judge the evaluation's noise; with 40, one in 21). For this
+learner that is the policy its evaluator scores and a run exports: the averaged actor when
+``sac.policy_average_tau > 0``, and then the online actor too, in a row of its own. Reported
+per run: the success rate at those marks, the env steps (and training seconds, evaluations
+excluded) to the first mark at >= 90 % and at >= 95 %, and whether every mark from the first
+95 % on stays >= 90 %.
 
-``--sb3-steps`` gives SB3 a shorter budget (its runs are the slow part of the bench); its
-steps to 95 % then read "not within that budget".
+Each finished run is appended to ``--results`` (JSON lines); a later invocation with the same
+task, budget, marks and evaluation reuses it instead of running it again (``--fresh``: run
+everything again).
 
-Usage: ``python bench/sample_efficiency.py [--quick] [--steps N] [--sb3-steps N] [--seeds 0 1 2
-3 4]``; the
-last line is a JSON summary.
+Usage: ``python bench/sample_efficiency.py [--quick] [--task NAME] [--steps N]
+[--baseline-steps N] [--seeds 0 1 2] [--only ours|sac_her|tqc_her|sac]``; the last line is a
+JSON summary (``ratio_vs_baseline``: this learner's median env steps to 90 % over the better
+baseline's, lower is better; ``null`` where either did not get there).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import multiprocessing as mp
+import os
 import statistics
 import time
 
 EVAL_SEED = 1_000_000
 EVAL_EPISODES = 40
 REACHED, KEPT = 0.95, 0.90
+TARGET = 0.90  # the success rate the cross-learner keys count env steps to
+IMPLS = ('ours', 'sac_her', 'tqc_her', 'sac')
+BASELINES = ('sac_her', 'tqc_her')
+NAMES = {'ours': 'async_rl_ros', 'sac_her': 'SB3 SAC+HER', 'tqc_her': 'TQC+HER',
+         'sac': 'SB3 SAC'}
+
+#: rl-baselines3-zoo's tuned settings for panda-gym (DLR-RM/rl-baselines3-zoo,
+#: hyperparams/tqc.yml: ``PandaReach-v1``, and ``PandaPush-v1`` = its ``her-defaults``, which
+#: PickAndPlace, Slide and Stack share; panda-gym v3 renamed the same tasks). All use
+#: ``HerReplayBuffer`` with ``goal_selection_strategy='future'``, ``n_sampled_goal=4`` and
+#: ``MultiInputPolicy``; ``normalize`` is a ``VecNormalize`` with the entry's gamma.
+#: hyperparams/sac.yml has no panda-gym entry: SAC takes the same settings without
+#: ``n_critics`` (its ``FetchReach-v1`` entry is tqc.yml's reach entry less ``n_critics``).
+#: Our UR5 reach task takes the reach entry (the zoo has none for it).
+ZOO = {
+    'reach': {'buffer_size': 1_000_000, 'ent_coef': 'auto', 'batch_size': 256, 'gamma': 0.95,
+              'learning_rate': 1e-3, 'learning_starts': 1000, 'normalize': True,
+              'net_arch': [64, 64], 'n_critics': 1},
+    'her-defaults': {'buffer_size': 1_000_000, 'batch_size': 2048, 'gamma': 0.95,
+                     'learning_rate': 1e-3, 'tau': 0.05, 'normalize': False,
+                     'net_arch': [512, 512, 512], 'n_critics': 2},
+}
 
 
-def _success(env, act) -> float:
-    from async_rl_ros.core.learning.evaluation import run_episodes
-    return run_episodes(env, act, EVAL_EPISODES, seed=EVAL_SEED).success_rate
+def zoo_entry(task: str) -> dict:
+    """Return the zoo settings the baselines use on ``task`` (reach tasks: the reach entry)."""
+    name = task.rsplit(':', 1)[-1]
+    return dict(ZOO['reach' if task == 'reach' or name.startswith('PandaReach')
+                    else 'her-defaults'])
 
 
-def _configs(seed: int, steps: int):
+def _configs(seed: int, steps: int, task: str):
     from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, load_node_config
     from async_rl_ros.local.cli import default_config_path
     path = default_config_path()
-    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig)
+    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, {'task.name': task})
     overrides = {'seed': seed, 'total_env_steps': steps, 'checkpoint.interval_steps': 0,
                  'checkpoint.directory': f'/tmp/async_rl_bench_ckpt_{seed}'}
     return env_cfg, load_node_config(path, 'learner', LearnerConfig, overrides)
+
+
+def _success(env, act, rank=None) -> float:
+    from async_rl_ros.core.learning.evaluation import run_episodes
+    kwargs = {'rank': rank} if rank is not None else {}
+    return run_episodes(env, act, EVAL_EPISODES, seed=EVAL_SEED, **kwargs).success_rate
 
 
 class _Clock:
@@ -85,20 +126,19 @@ class _Clock:
         return time.perf_counter() - self.start - self.paused
 
 
-def run_ours(seed: int, steps: int, marks: list[int]) -> dict:
-    """Train this project's learner (shipped defaults, hindsight relabeling)."""
+def run_ours(seed: int, steps: int, marks: list[int], task: str = 'reach') -> dict:
+    """Train this project's learner (shipped defaults, hindsight relabeling) on ``task``."""
     import torch
 
     from async_rl_ros.core.learning.learner import Learner
     from async_rl_ros.core.learning.single_process import single_process_loop
-    from async_rl_ros.envs.reach_env import UR5ReachEnv
-    from async_rl_ros.envs.reach_task import reach_goal_spec
+    from async_rl_ros.envs.factory import build_env, evaluation_env
 
     torch.set_num_threads(1)
-    env_cfg, cfg = _configs(seed, steps)
-    env, eval_env = UR5ReachEnv(env_cfg), UR5ReachEnv(env_cfg)
-    learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0],
-                      goal_spec=reach_goal_spec(env_cfg.task))
+    env_cfg, cfg = _configs(seed, steps, task)
+    env, spec = build_env(env_cfg)
+    eval_env, _ = evaluation_env(env_cfg)
+    learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
     curve, online, seconds, clock = {}, {}, {}, _Clock()
 
     def scripted(policy):
@@ -106,67 +146,159 @@ def run_ours(seed: int, steps: int, marks: list[int]) -> dict:
 
     loop = single_process_loop(learner, env)
     loop.maybe_publish()
-    for mark in marks:
-        while learner.env_steps < mark:
-            loop.step()
-        seconds[mark] = clock.seconds()
-        # What the evaluator scores and the run exports (the averaged actor when averaging is
-        # on); the online actor too then, to show what the averaging changes.
-        evaluated = scripted(learner.export_policy(evaluated=True))
-        curve[mark] = clock.evaluate(lambda: _success(eval_env, evaluated))
-        if learner.sac.actor_average is not None:
-            current = scripted(learner.export_policy())
-            online[mark] = clock.evaluate(lambda: _success(eval_env, current))
+    try:
+        for mark in marks:
+            while learner.env_steps < mark:
+                loop.step()
+            seconds[mark] = clock.seconds()
+            # What the evaluator scores and the run exports (the averaged actor when
+            # averaging is on); the online actor too then, to show what the averaging changes.
+            evaluated = scripted(learner.export_policy(evaluated=True))
+            curve[mark] = clock.evaluate(lambda: _success(eval_env, evaluated, spec.rank))
+            if learner.sac.actor_average is not None:
+                current = scripted(learner.export_policy())
+                online[mark] = clock.evaluate(lambda: _success(eval_env, current, spec.rank))
+    finally:
+        env.close()
+        eval_env.close()
     return {'impl': 'async_rl_ros', 'seed': seed, 'curve': curve, 'online_curve': online,
             'seconds': seconds,
             'steps_per_s': steps / max(clock.seconds(), 1e-9),
             'updates_per_s': learner.updates / max(clock.seconds(), 1e-9)}
 
 
-def run_sb3(seed: int, steps: int, marks: list[int]) -> dict:
-    """Train Stable-Baselines3 SAC with its defaults on the same env."""
-    from stable_baselines3 import SAC
+def baseline_env(task: str, env_cfg=None):
+    """
+    Return the task as the baselines see it: a Gymnasium goal-conditioned env.
+
+    :param task: ``gym:ID`` (built with ``gymnasium.make(ID)``) or a task of this package
+        (its registered id; the ``env_worker`` settings of ``env_cfg`` that differ from the
+        defaults are passed as overrides).
+    """
+    import gymnasium
+
+    from async_rl_ros.core.config import EnvWorkerConfig
+    from async_rl_ros.envs.goal_view import GYM_ENVS
+    from async_rl_ros.envs.gym_task import resolve_env_id
+
+    if task.startswith('gym:'):
+        return gymnasium.make(resolve_env_id(task[len('gym:'):]))
+    rows = [row for row in GYM_ENVS if row.task == task]
+    if not rows:
+        raise SystemExit(f'task {task!r} has no Gymnasium registration for the baselines')
+    default = EnvWorkerConfig().to_flat()
+    flat = env_cfg.to_flat() if env_cfg is not None else default
+    overrides = {k: v for k, v in flat.items() if v != default.get(k) and k != 'task.name'}
+    return gymnasium.make(rows[0].env_id, **overrides)
+
+
+def make_baseline(impl: str, task: str, seed: int, steps: int, env_cfg=None,
+                  device: str = 'cpu'):
+    """
+    Build one baseline on ``task``: ``sac_her``, ``tqc_her`` (zoo settings) or ``sac``.
+
+    ``sac`` is SB3 SAC with its own defaults and no HER on the flat task env (the baseline
+    of this bench before it took tasks).
+
+    :param steps: the run's budget (the replay buffer never needs to hold more).
+    :returns: the model, its ``VecNormalize`` (``None`` without one) and an evaluation env
+        of the kind it trains on.
+    """
+    from stable_baselines3 import HerReplayBuffer, SAC
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    if env_cfg is None:
+        env_cfg, _ = _configs(seed, steps, task)
+    if impl == 'sac':
+        from async_rl_ros.envs.factory import build_env
+        env, _ = build_env(env_cfg)
+        eval_env, _ = build_env(env_cfg)
+        return SAC('MlpPolicy', env, seed=seed, verbose=0, device=device), None, eval_env
+    hp = zoo_entry(task)
+    env, eval_env = baseline_env(task, env_cfg), baseline_env(task, env_cfg)
+    venv = normalize = DummyVecEnv([lambda: env])
+    if not hp.pop('normalize'):
+        normalize = None
+    else:
+        venv = normalize = VecNormalize(venv, gamma=hp['gamma'])
+    policy_kwargs = {'net_arch': hp.pop('net_arch')}
+    n_critics = hp.pop('n_critics')
+    if impl == 'tqc_her':
+        from sb3_contrib import TQC as Algo
+        policy_kwargs['n_critics'] = n_critics
+    elif impl == 'sac_her':
+        Algo = SAC
+    else:
+        raise ValueError(f'unknown baseline {impl!r}')
+    # The buffer never holds more than the run's steps: a smaller one is the same buffer.
+    hp['buffer_size'] = min(hp['buffer_size'], steps)
+    model = Algo('MultiInputPolicy', venv, replay_buffer_class=HerReplayBuffer,
+                 replay_buffer_kwargs={'goal_selection_strategy': 'future',
+                                       'n_sampled_goal': 4},
+                 policy_kwargs=policy_kwargs, seed=seed, verbose=0, device=device, **hp)
+    return model, normalize, eval_env
+
+
+def run_baseline(impl: str, seed: int, steps: int, marks: list[int], task: str = 'reach',
+                 device: str = 'cpu') -> dict:
+    """Train one baseline (see :func:`make_baseline`) and score it at ``marks``."""
     import torch
 
-    from async_rl_ros.envs.reach_env import UR5ReachEnv
-
     torch.set_num_threads(1)
-    env_cfg, _ = _configs(seed, steps)
-    env, eval_env = UR5ReachEnv(env_cfg), UR5ReachEnv(env_cfg)
-    model = SAC('MlpPolicy', env, seed=seed, verbose=0, device='cpu')
+    model, normalize, eval_env = make_baseline(impl, task, seed, steps, device=device)
 
     def act(obs):
+        if normalize is not None:
+            obs = normalize.normalize_obs(obs)
         return model.predict(obs, deterministic=True)[0]
 
     curve, seconds, done, clock = {}, {}, 0, _Clock()
-    for mark in marks:
-        model.learn(mark - done, reset_num_timesteps=False)
-        done = mark
-        seconds[mark] = clock.seconds()
-        curve[mark] = clock.evaluate(lambda: _success(eval_env, act))
-    return {'impl': 'sb3', 'seed': seed, 'curve': curve, 'seconds': seconds,
+    try:
+        for mark in marks:
+            model.learn(mark - done, reset_num_timesteps=False)
+            done = mark
+            seconds[mark] = clock.seconds()
+            curve[mark] = clock.evaluate(lambda: _success(eval_env, act))
+    finally:
+        eval_env.close()
+        model.get_env().close()
+    updates = getattr(model, '_n_updates', 0)
+    return {'impl': NAMES[impl], 'key': impl, 'seed': seed, 'curve': curve, 'seconds': seconds,
             'steps_per_s': steps / max(clock.seconds(), 1e-9),
-            'updates_per_s': model.num_timesteps / max(clock.seconds(), 1e-9)}  # 1 per step
+            'updates_per_s': updates / max(clock.seconds(), 1e-9)}
 
 
-def _job(args: tuple) -> dict:
-    impl, *rest = args
-    result = (run_ours if impl == 'ours' else run_sb3)(*rest)
-    first = _first_reaching(result['curve'])
+def _job(job: tuple, device: str = 'cpu') -> tuple[tuple, dict]:
+    impl, seed, steps, marks, task = job
+    if impl == 'ours':
+        result = run_ours(seed, steps, marks, task)
+    else:
+        result = run_baseline(impl, seed, steps, marks, task, device)
+    result['key'] = impl
+    return job, _score(result)
+
+
+def _score(result: dict) -> dict:
+    """Add the steps and seconds to 90 % and 95 % and whether the run stays >= 90 %."""
+    curve = result['curve']
+    first = _first_reaching(curve, REACHED)
     result['steps_to_95'] = first
     result['seconds_to_95'] = result['seconds'][first] if first is not None else None
-    result['stays_90'] = _stays(result['curve'], first)
+    result['stays_90'] = _stays(curve, first)
+    first90 = _first_reaching(curve, TARGET)
+    result['steps_to_90'] = first90
+    result['seconds_to_90'] = result['seconds'][first90] if first90 is not None else None
     online = result.get('online_curve')
     if online:
-        first_online = _first_reaching(online)
+        first_online = _first_reaching(online, REACHED)
         result['online_steps_to_95'] = first_online
         result['online_stays_90'] = _stays(online, first_online)
     return result
 
 
-def _first_reaching(curve: dict) -> int | None:
-    """Return the first mark at >= 95 %, or ``None``."""
-    return next((m for m in sorted(curve) if curve[m] >= REACHED), None)
+def _first_reaching(curve: dict, level: float) -> int | None:
+    """Return the first mark at >= ``level``, or ``None``."""
+    return next((m for m in sorted(curve) if curve[m] >= level), None)
 
 
 def _stays(curve: dict, first: int | None) -> bool:
@@ -176,81 +308,205 @@ def _stays(curve: dict, first: int | None) -> bool:
 
 def _median(values) -> float | None:
     """Median counting a run that never got there as infinite; ``None`` if that is the median."""
+    values = list(values)
+    if not values:
+        return None
     med = statistics.median([math.inf if v is None else v for v in values])
     return None if math.isinf(med) else med
 
 
-def main() -> None:
-    """Run every (implementation, seed) pair; print the tables and the JSON summary."""
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--quick', action='store_true',
-                        help='smoke run: 2,000 steps, one seed, marks every 1,000')
-    parser.add_argument('--steps', type=int, default=50_000, help='env steps per run')
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2, 3, 4])
-    parser.add_argument('--sb3-steps', type=int, default=None,
-                        help='env steps per SB3 run (default: --steps)')
-    parser.add_argument('--eval-every', type=int, default=2500, help='env steps between marks')
-    parser.add_argument('--jobs', type=int, default=2, help='runs in parallel')
-    parser.add_argument('--only', choices=('ours', 'sb3'), default=None,
-                        help='run one implementation only')
-    args = parser.parse_args()
-    if args.quick:
-        args.steps, args.sb3_steps, args.seeds, args.eval_every = 2000, None, [0], 1000
-    budgets = {'ours': args.steps, 'sb3': args.sb3_steps or args.steps}
-    marks = list(range(args.eval_every, args.steps + 1, args.eval_every))
-    impls = [args.only] if args.only else ['ours', 'sb3']
-    # Longest runs first, so that the pool's last round is not one long run on one core.
-    jobs = sorted(((impl, seed, budgets[impl], [m for m in marks if m <= budgets[impl]])
-                   for impl in impls for seed in args.seeds), key=lambda job: -job[2])
-    results = []
-    with mp.get_context('spawn').Pool(args.jobs) as pool:
-        for r in pool.imap_unordered(_job, jobs, chunksize=1):  # a line per finished run
-            results.append(r)
-            print(f'[{len(results)}/{len(jobs)}] {r["impl"]} seed {r["seed"]}: to 95 % '
-                  f'{r["steps_to_95"]}, stays >= 90 %: {r["stays_90"]}, curve '
-                  + ' '.join(f'{r["curve"][m]:.2f}' for m in sorted(r['curve'])), flush=True)
-    results.sort(key=lambda r: (r['impl'] != 'async_rl_ros', r['seed']))
+# ---------------------------------------------------------------------- results file
+def _job_key(job: tuple, eval_every: int) -> dict:
+    impl, seed, steps, marks, task = job
+    return {'impl': impl, 'task': task, 'seed': seed, 'steps': steps, 'marks': marks,
+            'eval_every': eval_every, 'eval_episodes': EVAL_EPISODES, 'eval_seed': EVAL_SEED}
 
-    print(f'\nUR5 reach, single-process SAC, {budgets} env steps, seeds {args.seeds}')
-    print(f'deterministic success rate ({EVAL_EPISODES} episodes) at env steps; first step at '
-          f'>= {REACHED:.0%}, its training seconds, and whether later marks stay >= {KEPT:.0%}')
-    shown = [m for m in marks if m % 5000 == 0] or marks
-    header = (f'{"learner":<14}{"seed":>5}' + ''.join(f'{m:>7}' for m in shown)
-              + f'{"to 95%":>9}{"s":>7}{"stays":>7}{"steps/s":>8}{"upd/s":>7}')
-    print(header)
-    print('-' * len(header))
-    for r in results:
-        print(f'{r["impl"]:<14}{r["seed"]:>5}'
-              + ''.join(f'{r["curve"][m]:>7.2f}' if m in r['curve'] else f'{"-":>7}'
-                        for m in shown)
-              + f'{str(r["steps_to_95"]):>9}'
-              + (f'{r["seconds_to_95"]:>7.0f}' if r['seconds_to_95'] is not None else f'{"-":>7}')
-              + f'{"yes" if r["stays_90"] else "no":>7}{r["steps_per_s"]:>8.1f}'
-              + f'{r["updates_per_s"]:>7.0f}')
-        if r.get('online_curve'):
-            print(f'{"  online actor":<19}'
-                  + ''.join(f'{r["online_curve"][m]:>7.2f}' if m in r['online_curve']
-                            else f'{"-":>7}' for m in shown)
-                  + f'{str(r["online_steps_to_95"]):>9}{"-":>7}'
-                  + f'{"yes" if r["online_stays_90"] else "no":>7}')
-    ours = [r for r in results if r['impl'] == 'async_rl_ros']
-    sb3 = [r for r in results if r['impl'] == 'sb3']
+
+def _load_results(path: str) -> list[dict]:
+    """Return the ``{'job': key, 'result': ...}`` records of ``path`` (none if absent)."""
+    if not path or not os.path.exists(path):
+        return []
+    records = []
+    with open(path, encoding='utf-8') as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a killed run
+                continue
+            result = record.get('result', {})
+            for name in ('curve', 'online_curve', 'seconds'):  # JSON keys are strings
+                if name in result:
+                    result[name] = {int(k): v for k, v in result[name].items()}
+            records.append(record)
+    return records
+
+
+def _save_result(path: str, key: dict, result: dict) -> None:
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'a', encoding='utf-8') as f:
+        f.write(json.dumps({'job': key, 'result': result}) + '\n')
+
+
+def _default_results(task: str, quick: bool) -> str:
+    slug = ''.join(c if c.isalnum() or c in '-_' else '_' for c in task)
+    return os.path.join('/tmp', 'async_rl_bench',
+                        f'sample_efficiency_{slug}{"_quick" if quick else ""}.jsonl')
+
+
+# ---------------------------------------------------------------------- summary
+def _better_baseline(results: list[dict]) -> str | None:
+    """Return the baseline with the lower median env steps to 90 % (ties: higher last mark)."""
+    def score(key: str) -> tuple:
+        runs = [r for r in results if r['key'] == key]
+        med = _median(r['steps_to_90'] for r in runs)
+        last = [r['curve'][max(r['curve'])] for r in runs if r['curve']]
+        return (math.inf if med is None else med, -statistics.mean(last) if last else 0.0)
+
+    keys = [k for k in BASELINES if any(r['key'] == k for r in results)]
+    keys = keys or [k for k in ('sac',) if any(r['key'] == k for r in results)]
+    return min(keys, key=score) if keys else None
+
+
+def _at_or_before(curve: dict, step: float) -> float | None:
+    marks = [m for m in curve if m <= step]
+    return curve[max(marks)] if marks else None
+
+
+def summarize(results: list[dict], args) -> dict:
+    """Return the JSON summary of the finished runs."""
+    ours = [r for r in results if r['key'] == 'ours']
+    best = _better_baseline(results)
+    base = [r for r in results if r['key'] == best]
+    ours90 = _median(r['steps_to_90'] for r in ours)
+    base90 = _median(r['steps_to_90'] for r in base)
     at_20k = [r['curve'][20_000] for r in ours if 20_000 in r['curve']]
-    summary = {
+    # Where a baseline still below 90 % stood at twice this learner's steps.
+    twice = ([_at_or_before(r['curve'], 2 * ours90) for r in base] if ours90 else [])
+    twice = [v for v in twice if v is not None]
+    return {
+        'task': args.task,
         'env_steps': args.steps,
-        'sb3_env_steps': budgets['sb3'],
+        'baseline_env_steps': args.baseline_steps or args.steps,
         'eval_episodes': EVAL_EPISODES,
+        'seeds': args.seeds,
+        'env_steps_to_90_median': ours90,
+        'seeds_reaching_90': sum(r['steps_to_90'] is not None for r in ours),
+        'baseline_env_steps_to_90_median': base90,
+        'baseline': NAMES.get(best) if best else None,
+        'ratio_vs_baseline': (round(ours90 / base90, 3) if ours90 and base90 else None),
+        'baseline_success_at_twice_ours_median': (statistics.median(twice) if twice else None),
+        'baselines_env_steps_to_90_median': {
+            NAMES[k]: _median(r['steps_to_90'] for r in results if r['key'] == k)
+            for k in IMPLS[1:] if any(r['key'] == k for r in results)},
         'env_steps_to_95_median': _median(r['steps_to_95'] for r in ours) if ours else None,
         'seeds_reaching_95': sum(r['steps_to_95'] is not None for r in ours),
         'seeds_staying_90': sum(r['stays_90'] for r in ours),
         'online_actor_seeds_staying_90': (sum(r['online_stays_90'] for r in ours)
                                           if ours and ours[0].get('online_curve') else None),
-        'seconds_to_95_median': _median(r['seconds_to_95'] for r in ours) if ours else None,
-        'sb3_env_steps_to_95_median': _median(r['steps_to_95'] for r in sb3) if sb3 else None,
-        'sb3_seconds_to_95_median': _median(r['seconds_to_95'] for r in sb3) if sb3 else None,
+        'seconds_to_90_median': _median(r['seconds_to_90'] for r in ours) if ours else None,
+        'baseline_seconds_to_90_median': _median(r['seconds_to_90'] for r in base),
         'success_rate_at_20k_min': min(at_20k) if at_20k else None,
     }
-    print(json.dumps(summary))
+
+
+def _print_table(results: list[dict], marks: list[int], args) -> None:
+    print(f'\n{args.task}: single-process runs, {args.steps} env steps (baselines '
+          f'{args.baseline_steps or args.steps}), seeds {args.seeds}')
+    print(f'deterministic success rate ({EVAL_EPISODES} episodes) at env steps; first step at '
+          f'>= {TARGET:.0%} and >= {REACHED:.0%}, training seconds to {TARGET:.0%}, and whether '
+          f'later marks stay >= {KEPT:.0%}')
+    every = max(1, len(marks) // 10)
+    shown = marks[every - 1::every] if len(marks) > 10 else marks
+    header = (f'{"learner":<14}{"seed":>5}' + ''.join(f'{m:>8}' for m in shown)
+              + f'{"to 90%":>9}{"to 95%":>9}{"s":>7}{"stays":>7}{"steps/s":>8}{"upd/s":>7}')
+    print(header)
+    print('-' * len(header))
+    for r in results:
+        print(f'{r["impl"]:<14}{r["seed"]:>5}'
+              + ''.join(f'{r["curve"][m]:>8.2f}' if m in r['curve'] else f'{"-":>8}'
+                        for m in shown)
+              + f'{str(r["steps_to_90"]):>9}{str(r["steps_to_95"]):>9}'
+              + (f'{r["seconds_to_90"]:>7.0f}' if r['seconds_to_90'] is not None
+                 else f'{"-":>7}')
+              + f'{"yes" if r["stays_90"] else "no":>7}{r["steps_per_s"]:>8.1f}'
+              + f'{r["updates_per_s"]:>7.0f}')
+        if r.get('online_curve'):
+            print(f'{"  online actor":<19}'
+                  + ''.join(f'{r["online_curve"][m]:>8.2f}' if m in r['online_curve']
+                            else f'{"-":>8}' for m in shown)
+                  + f'{"-":>9}{str(r["online_steps_to_95"]):>9}{"-":>7}'
+                  + f'{"yes" if r["online_stays_90"] else "no":>7}')
+
+
+def main() -> None:
+    """Run every (implementation, seed) pair not in the results file; print tables and JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true',
+                        help='smoke run: 2,000 steps, one seed, marks every 1,000')
+    parser.add_argument('--task', default='reach',
+                        help='task name as async-rl-train --task takes it (reach, gym:ID)')
+    parser.add_argument('--steps', type=int, default=50_000, help='env steps per run')
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2, 3, 4])
+    parser.add_argument('--baseline-steps', '--sb3-steps', type=int, default=None,
+                        dest='baseline_steps',
+                        help='env steps per baseline run (default: --steps)')
+    parser.add_argument('--eval-every', type=int, default=2500, help='env steps between marks')
+    parser.add_argument('--jobs', type=int, default=2, help='runs in parallel')
+    parser.add_argument('--only', choices=IMPLS, nargs='+', default=None,
+                        help='run these only (default: ours, sac_her, tqc_her; sac is SB3 SAC '
+                        'with its defaults and no HER on the flat env)')
+    parser.add_argument('--results', default=None,
+                        help='JSON-lines file of finished runs, reused by later invocations '
+                        '(default: /tmp/async_rl_bench/sample_efficiency_<task>.jsonl; "" for '
+                        'none)')
+    parser.add_argument('--baseline-device', default='cpu',
+                        help="torch device of the baselines (cpu, cuda, auto); the zoo's "
+                        'her-defaults networks (3 x 512, batch 2048) are slow on a CPU')
+    parser.add_argument('--fresh', action='store_true',
+                        help='run every job again, even those in the results file')
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.baseline_steps, args.seeds, args.eval_every = 2000, None, [0], 1000
+    if args.results is None:
+        args.results = _default_results(args.task, args.quick)
+    from async_rl_ros.core.config import EnvWorkerConfig
+    from async_rl_ros.envs.tasks import resolve_task
+    resolve_task(EnvWorkerConfig().replace(**{'task.name': args.task}))  # fail before runs
+    impls = args.only or ['ours', *BASELINES]
+    budgets = {impl: args.steps if impl == 'ours' else (args.baseline_steps or args.steps)
+               for impl in impls}
+    marks = list(range(args.eval_every, max(budgets.values()) + 1, args.eval_every))
+    # Longest runs first, so that the pool's last round is not one long run on one core.
+    jobs = sorted(((impl, seed, budgets[impl], [m for m in marks if m <= budgets[impl]],
+                    args.task) for impl in impls for seed in args.seeds),
+                  key=lambda job: -job[2])
+    stored = [] if args.fresh else _load_results(args.results)
+    results, todo = [], []
+    for job in jobs:
+        key = _job_key(job, args.eval_every)
+        found = next((s['result'] for s in stored if s.get('job') == key), None)
+        if found is not None:
+            results.append(found)
+        else:
+            todo.append(job)
+    if results:
+        print(f'{len(results)} of {len(jobs)} runs read from {args.results}', flush=True)
+    if todo:
+        with mp.get_context('spawn').Pool(min(args.jobs, len(todo))) as pool:
+            run = functools.partial(_job, device=args.baseline_device)
+            for job, r in pool.imap_unordered(run, todo, chunksize=1):  # saved as they end
+                _save_result(args.results, _job_key(job, args.eval_every), r)
+                results.append(r)
+                print(f'[{len(results)}/{len(jobs)}] {r["impl"]} seed {r["seed"]}: to 90 % '
+                      f'{r["steps_to_90"]}, to 95 % {r["steps_to_95"]}, stays >= 90 %: '
+                      f'{r["stays_90"]}, curve '
+                      + ' '.join(f'{r["curve"][m]:.2f}' for m in sorted(r['curve'])),
+                      flush=True)
+    results.sort(key=lambda r: (IMPLS.index(r['key']), r['seed']))
+    _print_table(results, marks, args)
+    print(json.dumps(summarize(results, args)))
 
 
 if __name__ == '__main__':

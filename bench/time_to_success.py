@@ -13,24 +13,29 @@
 # limitations under the License.
 
 """
-Wall-clock time to 95 % success on the UR5 reach task: async, sync and Stable-Baselines3 SAC.
+Wall-clock time to a success rate on one task: async, sync and a baseline (SB3 family).
 
-Each setting trains alone on the machine (one after the other): async and sync as
+``--task`` picks the task as ``async-rl-train --task`` does (``reach``, the default, or
+``gym:ID`` such as ``gym:PandaPush-v3``); ``--target`` the success rate (default 0.95). Each
+setting trains alone on the machine (one after the other): async and sync as
 ``async-rl-train`` runs them (shipped defaults, their evaluator process included) for at most
-``--budget-s``, SB3 SAC (its defaults, torch threads on every core) for at most
-``--sb3-budget-s`` (default three times as long, so that a "3x faster" can be seen).
+``--budget-s``, the baseline (torch threads on every core) for at most ``--sb3-budget-s``
+(default three times as long, so that a "3x faster" can be seen). The baseline is
+``--baseline``: ``sac`` (SB3 SAC with its defaults, no HER: the default on ``reach``) or
+``sac_her`` / ``tqc_her`` (HER and rl-baselines3-zoo's tuned settings, as
+``bench/sample_efficiency.py`` builds them: the default ``tqc_her`` on ``gym:`` tasks).
 Evaluation must not stop the clock it measures, so training only snapshots the policy every
 ``--snapshot-s`` seconds (a copy of the policy the run's evaluator would score -- the averaged
 actor, with the shipped ``sac.policy_average_tau`` and ``sac.policy_average_fraction`` --
 milliseconds); after training, every snapshot is evaluated on the same episodes with the
 deterministic policy, and the time to success is the wall-clock time of the first snapshot
-reaching the threshold. Each setting's updates/s and env steps/s over its whole budget are
+reaching the target. Each setting's updates/s and env steps/s over its whole budget are
 printed beside it.
 
-Usage: ``python bench/time_to_success.py [--quick] [--workers W] [--budget-s S]
-[--sb3-budget-s S] [--seed N]``; the last line is a JSON summary (``null`` where a setting
-did not reach the threshold in its budget; ``speedup_vs_sb3_at_least`` then bounds the
-speed-up by SB3's budget).
+Usage: ``python bench/time_to_success.py [--quick] [--task NAME] [--target F] [--workers W]
+[--budget-s S] [--sb3-budget-s S] [--baseline sac|sac_her|tqc_her] [--seed N]``; the last line
+is a JSON summary (``null`` where a setting did not reach the target in its budget;
+``speedup_vs_sb3_at_least`` then bounds the speed-up by the baseline's budget).
 """
 
 from __future__ import annotations
@@ -41,21 +46,39 @@ import json
 import os
 import time
 
+import numpy as np
+
 EVAL_SEED = 2_000_000
 
 
-def _success(act, episodes: int) -> float:
+def _eval_env(task: str, seed: int = 0, baseline: str | None = None):
+    """Return the env a setting is evaluated on: the task's flat env, or the baseline's."""
+    if baseline is not None and baseline != 'sac':
+        return _sample_efficiency().baseline_env(task, _configs(10**9, seed, task)[0])
+    from async_rl_ros.envs.factory import evaluation_env
+
+    return evaluation_env(_configs(10**9, seed, task)[0])[0]
+
+
+def _success(act, episodes: int, env) -> float:
     from async_rl_ros.core.learning.evaluation import run_episodes
-    from async_rl_ros.envs.reach_env import make_reach_env
 
-    env = make_reach_env()
-    try:
-        return run_episodes(env, act, episodes, seed=EVAL_SEED).success_rate
-    finally:
-        env.close()
+    return run_episodes(env, act, episodes, seed=EVAL_SEED).success_rate
 
 
-def _configs(budget_steps: int, seed: int):
+def _sample_efficiency():
+    """Import the sibling bench (its baselines) by path: bench/ is not a package."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().with_name('sample_efficiency.py')
+    spec = importlib.util.spec_from_file_location('bench_sample_efficiency', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _configs(budget_steps: int, seed: int, task: str = 'reach'):
     from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, load_node_config,
                                           LocalRunnerConfig)
     from async_rl_ros.local.cli import default_config_path
@@ -63,12 +86,13 @@ def _configs(budget_steps: int, seed: int):
     cfg = load_node_config(path, 'learner', LearnerConfig, {
         'seed': seed, 'total_env_steps': budget_steps, 'batch.initial_batch': 256,
         'checkpoint.directory': '/tmp/async_rl_bench_tts'})
-    return (load_node_config(path, 'env_worker', EnvWorkerConfig, {'seed': seed}), cfg,
+    return (load_node_config(path, 'env_worker', EnvWorkerConfig,
+                             {'seed': seed, 'task.name': task}), cfg,
             load_node_config(path, 'local_runner', LocalRunnerConfig))
 
 
-def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed: int = 0
-               ) -> tuple[list[tuple[float, object]], dict[str, float]]:
+def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed: int = 0,
+               task: str = 'reach') -> tuple[list[tuple[float, object]], dict[str, float]]:
     """
     Train as ``async-rl-train`` does (shipped defaults).
 
@@ -77,7 +101,7 @@ def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed
     from async_rl_ros.core.learning.metrics import MetricsLogger
     from async_rl_ros.local.train import LocalRun
 
-    env_cfg, cfg, rcfg = _configs(10**9, seed)
+    env_cfg, cfg, rcfg = _configs(10**9, seed, task)
     run = LocalRun(env_cfg, cfg, rcfg.replace(mode=mode, num_workers=workers),
                    logger=MetricsLogger())
     snapshots: list[tuple[float, object]] = []
@@ -102,21 +126,20 @@ def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed
     return [(t, run.learner.policy_from_state(s)) for t, s in snapshots], rates
 
 
-def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0
-            ) -> tuple[list[tuple[float, object]], dict[str, float]]:
+def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0, task: str = 'reach',
+            baseline: str = 'sac') -> tuple[list[tuple[float, object]], dict[str, float]]:
     """
-    Train SB3 SAC (its defaults) on the same env.
+    Train the baseline ``baseline`` (``sac``: SB3 SAC, its defaults) on the same task.
 
     :returns: timed policy snapshots, and the run's updates/s and env steps/s.
     """
-    from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
     import torch
 
-    from async_rl_ros.envs.reach_env import make_reach_env
-
     torch.set_num_threads(os.cpu_count() or 1)  # alone on the machine: every core
-    model = SAC('MlpPolicy', make_reach_env(seed=seed), seed=seed, verbose=0, device='cpu')
+    model, normalize, eval_env = _sample_efficiency().make_baseline(
+        baseline, task, seed, 10**7, _configs(10**9, seed, task)[0])
+    eval_env.close()
     snapshots: list[tuple[float, object]] = []
     start = time.perf_counter()
 
@@ -125,7 +148,9 @@ def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0
         def _on_step(self) -> bool:
             elapsed = time.perf_counter() - start
             if elapsed - (snapshots[-1][0] if snapshots else 0) > snapshot_s:
-                snapshots.append((elapsed, copy.deepcopy(model.policy.actor.state_dict())))
+                stats = copy.deepcopy(normalize.obs_rms) if normalize is not None else None
+                snapshots.append((elapsed, (copy.deepcopy(model.policy.actor.state_dict()),
+                                            stats)))
             return elapsed < budget_s
 
     model.learn(10**9, callback=Snapshot())
@@ -133,22 +158,43 @@ def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0
     rates = {'updates_per_s': model._n_updates / elapsed,
              'env_steps_per_s': model.num_timesteps / elapsed}
 
-    def policy(state):
+    def policy(snapshot):
+        state, stats = snapshot
         clone = copy.deepcopy(model.policy)
         clone.actor.load_state_dict(state)
-        return lambda obs: clone.predict(obs, deterministic=True)[0]
+        if stats is None:
+            return lambda obs: clone.predict(obs, deterministic=True)[0]
+        eps, clip = normalize.epsilon, normalize.clip_obs
 
+        def act(obs):
+            obs = {k: np.clip((v - stats[k].mean) / np.sqrt(stats[k].var + eps), -clip, clip)
+                   if k in stats else v for k, v in obs.items()}
+            return clone.predict(obs, deterministic=True)[0]
+        return act
+
+    model.get_env().close()
     return [(t, policy(s)) for t, s in snapshots], rates
 
 
-def time_to(snapshots, threshold: float, episodes: int, act_of) -> tuple[float | None, list]:
-    """Evaluate snapshots in time order; return the first time at ``threshold`` and a curve."""
+def time_to(snapshots, threshold: float, episodes: int, act_of, make_env=None
+            ) -> tuple[float | None, list]:
+    """
+    Evaluate snapshots in time order; return the first time at ``threshold`` and a curve.
+
+    :param make_env: builds the env the snapshots are scored on (default: the reach task's).
+    """
     curve = []
-    for seconds, policy in snapshots:
-        rate = _success(act_of(policy), episodes)
-        curve.append((seconds, rate))
-        if rate >= threshold:
-            return seconds, curve
+    if not snapshots:
+        return None, curve
+    env = (make_env or _eval_env)()
+    try:
+        for seconds, policy in snapshots:
+            rate = _success(act_of(policy), episodes, env)
+            curve.append((seconds, rate))
+            if rate >= threshold:
+                return seconds, curve
+    finally:
+        env.close()
     return None, curve
 
 
@@ -167,41 +213,60 @@ def main() -> None:
                         help='SB3 SAC (default: 3 x --budget-s)')
     parser.add_argument('--snapshot-s', type=float, default=20.0)
     parser.add_argument('--episodes', type=int, default=40, help='per snapshot evaluation')
-    parser.add_argument('--threshold', type=float, default=0.95)
-    parser.add_argument('--seed', type=int, default=0, help='env, learner and SB3 seed')
+    parser.add_argument('--target', '--threshold', type=float, default=0.95, dest='target',
+                        help='success rate to reach (a fraction)')
+    parser.add_argument('--task', default='reach',
+                        help='task name as async-rl-train --task takes it (reach, gym:ID)')
+    parser.add_argument('--baseline', choices=('sac', 'sac_her', 'tqc_her'), default=None,
+                        help='the baseline (default: sac on reach, tqc_her on gym: tasks)')
+    parser.add_argument('--seed', type=int, default=0, help='env, learner and baseline seed')
     args = parser.parse_args()
     if args.quick:
         args.budget_s, args.sb3_budget_s, args.snapshot_s, args.episodes = 12.0, 12.0, 4.0, 5
     sb3_budget = args.sb3_budget_s or 3.0 * args.budget_s
+    if args.baseline is None:
+        args.baseline = 'tqc_her' if args.task.startswith('gym:') else 'sac'
+    from async_rl_ros.core.config import EnvWorkerConfig
+    from async_rl_ros.envs.tasks import resolve_task
+    resolve_task(EnvWorkerConfig().replace(**{'task.name': args.task}))  # fail before runs
 
     def ours(policy):
         return lambda obs: policy(torch.as_tensor(obs)).detach().numpy()
 
     results, rates = {}, {}
-    for name, train, act_of in (
+    task, seed = args.task, args.seed
+    for name, train, act_of, make_env in (
             ('async', lambda: run_runner('async', args.workers, args.budget_s,
-                                         args.snapshot_s, args.seed), ours),
+                                         args.snapshot_s, seed, task), ours,
+             lambda: _eval_env(task, seed)),
             ('sync', lambda: run_runner('sync', args.workers, args.budget_s,
-                                        args.snapshot_s, args.seed), ours),
-            ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, args.seed), lambda p: p)):
+                                        args.snapshot_s, seed, task), ours,
+             lambda: _eval_env(task, seed)),
+            ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, seed, task, args.baseline),
+             lambda p: p, lambda: _eval_env(task, seed, args.baseline))):
         snapshots, rates[name] = train()
-        results[name] = time_to(snapshots, args.threshold, args.episodes, act_of)
+        results[name] = time_to(snapshots, args.target, args.episodes, act_of, make_env)
         seconds, curve = results[name]  # as it comes: a later setting may fail
         print(f'{name}: {"not reached" if seconds is None else f"{seconds:.0f} s"}  '
               + ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve), flush=True)
 
-    print(f'\nTime to {100 * args.threshold:.0f} % success (deterministic policy, '
+    names = {'sac': 'SB3 SAC', 'sac_her': 'SB3 SAC+HER', 'tqc_her': 'TQC+HER'}
+    print(f'\n{task}: time to {100 * args.target:.0f} % success (deterministic policy, '
           f'{args.episodes} episodes per snapshot), budget {args.budget_s:.0f} s for async and '
-          f'sync ({args.workers or "default"} workers), {sb3_budget:.0f} s for SB3 SAC, '
-          f'seed {args.seed}')
+          f'sync ({args.workers or "default"} workers), {sb3_budget:.0f} s for '
+          f'{names[args.baseline]} (row sb3), seed {args.seed}')
     print(f'{"":<6} {"to target":>12} {"updates/s":>10} {"env steps/s":>12}   curve')
     for name, (seconds, curve) in results.items():
         shown = ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve)
         print(f'{name:<6} {"not reached" if seconds is None else f"{seconds:.0f} s":>12}'
               f' {rates[name]["updates_per_s"]:10.1f} {rates[name]["env_steps_per_s"]:12.1f}'
               f'   {shown}')
-    a, s = results['async'][0], results['sb3'][0]
-    print(json.dumps({'async_s': a, 'sync_s': results['sync'][0], 'sb3_s': s,
+    a, y, s = results['async'][0], results['sync'][0], results['sb3'][0]
+    print(json.dumps({'task': task, 'target': args.target, 'baseline': names[args.baseline],
+                      'async_s': a, 'sync_s': y, 'sb3_s': s,
+                      'speedup_vs_sync': round(y / a, 2) if a and y else None,
+                      'speedup_vs_sync_at_least': (round((y or args.budget_s) / a, 2) if a
+                                                   else None),
                       'speedup_vs_sb3': round(s / a, 2) if a and s else None,
                       'speedup_vs_sb3_at_least': round((s or sb3_budget) / a, 2) if a else None,
                       'updates_per_s': {k: round(v['updates_per_s'], 1)

@@ -16,6 +16,7 @@
 Train with ROS 2: env workers, the learner and the parameter-server shards (and rqt).
 
     ros2 launch async_rl_ros train.launch.py num_workers:=2
+    ros2 launch async_rl_ros train.launch.py task:=gym:PandaPush-v3 num_workers:=2
     ros2 launch async_rl_ros train.launch.py robot:=ur5 robot_ip:=<ip> num_sim_workers:=3
 
 Several hosts (README.md, "Several hosts"): ``role:=learner`` on the learner host starts the
@@ -36,12 +37,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import copy
 import json
 import pathlib
 import time
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, RosTransportConfig)
+from async_rl_ros.envs.factory import check_config
 from async_rl_ros.ros.bag_reader import BagError, check_bag
 import launch
 from launch import LaunchDescription
@@ -73,6 +76,11 @@ def generate_launch_description() -> LaunchDescription:
                               description='What this host runs: all (one host), learner (the '
                               'learner and the parameter-server shards: the learner host) or '
                               'workers (the env workers only: a worker host).'),
+        DeclareLaunchArgument('task', default_value='',
+                              description='Task to learn (env_worker task.name): reach, gym:ID '
+                              '(a Gymnasium goal-conditioned env, robot:=sim only) or a task '
+                              'registered under the async_rl_ros.tasks entry point group '
+                              '(empty: the config value, reach).'),
         DeclareLaunchArgument('first_worker_id', default_value='0',
                               description='Id (and namespace /worker_<id>) of the first worker '
                               'started here; worker hosts need ranges that do not overlap.'),
@@ -258,6 +266,12 @@ def _launch_setup(context) -> list:
         learner_overrides['checkpoint.directory'] = str(pathlib.Path(log_dir) / 'checkpoints')
     learner_cfg = load_node_config(config, 'learner', LearnerConfig, learner_overrides)
 
+    # task:=NAME goes into the env_worker section the workers and the learner read.
+    env_section = copy.deepcopy(sections.get('env_worker', {}))
+    if _arg(context, 'task'):
+        env_section.setdefault('task', {})['name'] = _arg(context, 'task')
+    task_override = {'task.name': env_section.get('task', {}).get('name', 'reach')}
+
     transport_params = {'transport': transport.to_flat()}
     role = ROLES[_arg(context, 'role')]
     entities: list = []
@@ -273,17 +287,20 @@ def _launch_setup(context) -> list:
             overrides = {'backend': backend}
             if backend == 'ur5':
                 overrides['rtde.robot_ip'] = _arg(context, 'robot_ip')
-            load_node_config(config, 'env_worker', EnvWorkerConfig, overrides)
-            params = dict(sections.get('env_worker', {}))
+            # an unknown task, or one this arm cannot run, stops here with the key named
+            check_config(load_node_config(config, 'env_worker', EnvWorkerConfig,
+                                          {**overrides, **task_override}))
+            params = dict(env_section)
             params.update(transport_params, worker_id=worker_id,
                           hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
                           **overrides)
             entities += _lifecycle_worker(worker_id, params)
     if 'learner' in role:
         learner_params = dict(sections.get('learner', {}))
-        # the reach task (hindsight relabeling) and the safety limits (the evaluator's arm)
+        check_config(load_node_config(config, 'env_worker', EnvWorkerConfig, task_override))
+        # the task (hindsight relabeling) and the safety limits (the evaluator's arm)
         for section in ('task', 'safety'):
-            values = sections.get('env_worker', {}).get(section)
+            values = env_section.get(section)
             if values:
                 learner_params[section] = dict(values)
         learner_params.update(transport_params, **learner_overrides)

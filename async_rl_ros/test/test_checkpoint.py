@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from async_rl_ros.core.config import ReachTaskConfig
+from async_rl_ros.core.config import TaskConfig
 from async_rl_ros.core.learning.checkpoint import (capture_rng_state, CheckpointConfig,
                                                    CheckpointManager, pack_replay_buffer,
                                                    restore_rng_state, unpack_replay_buffer)
@@ -88,7 +88,7 @@ def test_round_trip(tmp_path):
         'obs_normalizer': {'mean': np.arange(20.0), 'var': np.ones(20), 'count': 123.0},
         'counters': {'updates': 1234, 'env_steps': 56789},
         'rng': capture_rng_state(),
-        'config': ReachTaskConfig().to_flat(),
+        'config': TaskConfig().to_flat(),
     }
     path = manager.save(state, 1234, replay_buffer=replay)
     assert path.name == 'ckpt_000001234.pt'
@@ -109,8 +109,8 @@ def test_round_trip(tmp_path):
             assert torch.equal(v, opt2.state_dict()['state'][i][k])
     np.testing.assert_array_equal(loaded['obs_normalizer']['mean'], np.arange(20.0))
     assert loaded['counters'] == {'updates': 1234, 'env_steps': 56789}
-    assert loaded['config'] == ReachTaskConfig().to_flat()
-    assert ReachTaskConfig.from_flat(loaded['config']) == ReachTaskConfig()
+    assert loaded['config'] == TaskConfig().to_flat()
+    assert TaskConfig.from_flat(loaded['config']) == TaskConfig()
 
     unpacked = unpack_replay_buffer(loaded['replay_buffer'])
     restored = FakeReplay(seed=5)

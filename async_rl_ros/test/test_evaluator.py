@@ -60,7 +60,7 @@ def test_a_snapshot_is_scored_on_the_same_seeds_every_time(tmp_path):
         assert evaluator.submit(state)  # free again once the score came back
         [(_, second)] = scores(evaluator)
         assert second.returns == first.returns  # fixed seeds: the same episodes
-        assert second.final_distances == first.final_distances
+        assert second.final_values == first.final_values
     finally:
         evaluator.close()
     assert not evaluator.process.is_alive()

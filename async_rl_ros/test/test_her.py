@@ -21,10 +21,11 @@ import pickle
 from types import SimpleNamespace
 
 from async_rl_ros.core.config import ConfigError, HindsightConfig, LearnerConfig
-from async_rl_ros.core.learning.her import GoalSpec, HindsightRelabeler
+from async_rl_ros.core.learning.her import HindsightRelabeler
 from async_rl_ros.core.learning.learner import Learner
+from async_rl_ros.core.tasks import GoalSpec
 from async_rl_ros.envs.reach_env import make_reach_env
-from async_rl_ros.envs.reach_task import OBS_SLICES, reach_goal_spec, ReachTask
+from async_rl_ros.envs.reach_task import OBS_SLICES, ReachGoalSpec, ReachTask
 from async_rl_ros.envs.scripted import ScriptedReachPolicy
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ def episode():
 
 
 def relabeler(k=4, strategy='future', spec=None, seed=0, cfg=None):
-    spec = spec if spec is not None else reach_goal_spec((cfg or make_reach_env().cfg).task)
+    spec = spec if spec is not None else ReachGoalSpec((cfg or make_reach_env().cfg).task)
     return HindsightRelabeler(HindsightConfig(k=k, strategy=strategy), spec,
                               np.random.default_rng(seed))
 
@@ -82,8 +83,9 @@ def test_relabeled_rewards_are_the_task_reward_for_the_new_goal(episode):
                                out['action'][row])
         assert out['reward'][row] == np.float32(expected)  # exactly
     # With its own target the spec gives the env's reward (the env uses float64 positions).
-    spec = reach_goal_spec(cfg.task)
-    same = spec.reward(batch['next_obs'], batch['action'], batch['obs'][:, TARGET])
+    spec = ReachGoalSpec(cfg.task)
+    same = spec.compute_reward(spec.achieved(batch['next_obs']), batch['obs'][:, TARGET],
+                               {'action': batch['action']})
     np.testing.assert_allclose(same, batch['reward'], atol=1e-5)
     assert batch['reward'].std() > 0.01
 
@@ -110,8 +112,8 @@ def test_relabeled_goals_are_achieved_later_and_written_consistently(episode):
 def test_success_reward_shows_up(episode):
     batch, cfg = episode
     out = relabeler(k=4, cfg=cfg).add(batch)
-    spec = reach_goal_spec(cfg.task)
-    success = spec.success(out['next_obs'], out['next_obs'][:, TARGET])
+    spec = ReachGoalSpec(cfg.task)
+    success = spec.is_success(spec.achieved(out['next_obs']), out['next_obs'][:, TARGET])
     assert success.mean() > 0.2  # far more than the original episode's share of goals
     top = cfg.task.shaping_weight * 0.5
     assert out['reward'][success].max() > top - 0.01 * cfg.task.distance_weight
@@ -128,10 +130,11 @@ def test_final_strategy_uses_the_last_achieved_position(episode):
 def test_terminate_on_success_relabels_terminated(episode):
     batch, cfg = episode
     task = dataclasses.replace(cfg.task, terminate_on_success=True)
-    out = relabeler(k=4, spec=reach_goal_spec(task)).add(batch)
-    spec = reach_goal_spec(task)
+    out = relabeler(k=4, spec=ReachGoalSpec(task)).add(batch)
+    spec = ReachGoalSpec(task)
+    reached = spec.achieved(out['next_obs'])
     np.testing.assert_array_equal(out['terminated'],
-                                  spec.success(out['next_obs'], out['next_obs'][:, TARGET]))
+                                  spec.is_success(reached, out['next_obs'][:, TARGET]))
     assert out['terminated'].any()
     plain = relabeler(k=4, cfg=cfg).add(batch)
     assert not plain['terminated'].any()  # time-limit truncation is no termination
@@ -145,16 +148,19 @@ class LineSpec:
     def achieved(self, obs):
         return obs[:, :1]
 
+    def desired(self, obs):
+        return obs[:, 1:2]
+
     def with_goal(self, obs, goal):
         out = np.array(obs)
         out[:, 1:2] = goal
         return out
 
-    def reward(self, next_obs, action, goal):
-        return -np.abs(goal[:, 0] - next_obs[:, 0])
+    def compute_reward(self, achieved, desired, info):
+        return -np.abs(desired[:, 0] - achieved[:, 0])
 
-    def success(self, next_obs, goal):
-        return np.abs(goal[:, 0] - next_obs[:, 0]) < 0.5
+    def is_success(self, achieved, desired):
+        return np.abs(desired[:, 0] - achieved[:, 0]) < 0.5
 
 
 def line_episode(start: float, length: int, worker: int) -> dict:
@@ -214,11 +220,14 @@ def test_zero_copies_and_bad_specs():
 
 def test_reach_goal_spec_is_picklable(episode):
     batch, cfg = episode
-    spec = reach_goal_spec(cfg.task)
+    spec = ReachGoalSpec(dataclasses.replace(cfg.task, action_penalty=0.1))
     clone = pickle.loads(pickle.dumps(spec))
-    goal = batch['next_obs'][::-1, POS]
-    np.testing.assert_array_equal(clone.reward(batch['next_obs'], batch['action'], goal),
-                                  spec.reward(batch['next_obs'], batch['action'], goal))
+    goal, reached = batch['next_obs'][::-1, POS], spec.achieved(batch['next_obs'])
+    info = {'action': batch['action']}
+    np.testing.assert_array_equal(clone.compute_reward(reached, goal, info),
+                                  spec.compute_reward(reached, goal, info))
+    with pytest.raises(ValueError, match='action'):  # the penalty cannot be guessed
+        spec.compute_reward(reached, goal, {})
 
 
 def test_learner_stores_copies_without_counting_env_steps(episode, tmp_path):
@@ -226,7 +235,7 @@ def test_learner_stores_copies_without_counting_env_steps(episode, tmp_path):
     flat = {'sac.hidden_sizes': [32, 32], 'batch.initial_batch': 64, 'replay.capacity': 5000,
             'learning_starts': 64, 'her.k': 3,
             'checkpoint.directory': str(tmp_path / 'ckpt')}
-    learner = Learner(LearnerConfig().replace(**flat), 21, 6, goal_spec=reach_goal_spec(cfg.task))
+    learner = Learner(LearnerConfig().replace(**flat), 21, 6, goal_spec=ReachGoalSpec(cfg.task))
     n = len(batch['obs'])
     assert learner.ingest(cut(batch, slice(0, 60))) == 60
     assert len(learner.replay) == 60
@@ -242,7 +251,7 @@ def test_learner_stores_copies_without_counting_env_steps(episode, tmp_path):
     np.testing.assert_array_equal(priorities, priorities[0])
     learner.train_step()
     off = Learner(LearnerConfig().replace(**{**flat, 'her.k': 0}), 21, 6,
-                  goal_spec=reach_goal_spec(cfg.task))
+                  goal_spec=ReachGoalSpec(cfg.task))
     off.ingest(batch)
     assert off.relabeler is None and len(off.replay) == n
     plain = Learner(LearnerConfig().replace(**flat), 21, 6)  # no goal spec: no relabeling

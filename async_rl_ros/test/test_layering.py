@@ -71,3 +71,41 @@ def test_no_ros_import_statements():
                 continue
             offenders += [f'{path.name}:{node.lineno} {r}' for r in roots if r in ROS_MODULES]
     assert not offenders, offenders
+
+
+def _imported_modules(path: pathlib.Path) -> list[tuple[int, str]]:
+    """Return ``(line, module)`` of every import in a file, those inside functions included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def test_core_never_imports_the_tasks_or_the_arms():
+    """core/ knows tasks through core.tasks only: no import of envs/, local/ or ros/."""
+    above = ('async_rl_ros.envs', 'async_rl_ros.local', 'async_rl_ros.ros')
+    offenders = [f'{path.relative_to(PACKAGE)}:{line} {module}'
+                 for name, path in _modules() if name.startswith('async_rl_ros.core')
+                 for line, module in _imported_modules(path)
+                 if module.startswith(above)]
+    assert not offenders, offenders
+
+
+def test_importing_the_core_loads_no_task():
+    """Import every core module in a fresh process: no module of envs/ comes with them."""
+    names = [name for name, _ in _modules() if name.startswith('async_rl_ros.core')]
+    script = '\n'.join([
+        'import importlib, sys',
+        f'for name in {names!r}:',
+        '    importlib.import_module(name)',
+        'loaded = sorted(m for m in sys.modules if m.startswith("async_rl_ros.envs"))',
+        'assert not loaded, loaded',
+        'print("ok")',
+    ])
+    result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith('ok')

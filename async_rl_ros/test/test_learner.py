@@ -214,7 +214,7 @@ def test_single_process_training_learns_the_reach_task_a_little(tmp_path):
     returns = [v for _, v in logger.history['charts/episodic_return']]
     assert len(returns) == 30
     assert np.mean(returns[-5:]) > np.mean(returns[:5])  # the first 5 are random warm-up
-    png = plot_learning_curve(logger.history, tmp_path / 'curve.png')
+    png = plot_learning_curve(logger.history, tmp_path / 'curve.png', 'reach')
     assert png.stat().st_size > 10_000
     # The worker acted with what the shards served: int8 keyframes and deltas on them.
     received = loop.source.receiver

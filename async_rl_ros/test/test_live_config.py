@@ -23,6 +23,7 @@ joint velocities the safety filter passes to the (simulated) arm, not the stored
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       RosTransportConfig, SafetyConfig)
+from async_rl_ros.envs.factory import check_config
 from async_rl_ros.envs.reach_env import UR5ReachEnv
 from async_rl_ros.envs.safety import intersect_limits, SafetyFilter
 from async_rl_ros.envs.ur5_kinematics import fk_position
@@ -223,13 +224,15 @@ def test_every_sampled_start_lies_inside_a_tight_box():
 
 def test_home_outside_or_starts_that_rarely_fit_are_refused():
     with pytest.raises(ConfigError, match=r'^task.home_q = .*workspace') as err:
-        EnvWorkerConfig().replace(**{'safety.workspace_high': [-0.15, 0.35, 0.43]})
+        check_config(EnvWorkerConfig().replace(**{'safety.workspace_high': [-0.15, 0.35, 0.43],
+                                                  'task.target_high': [-0.3, 0.1, 0.42]}))
     assert '\n' not in str(err.value)
     slab = {'safety.workspace_low': [-0.8, -0.55, 0.40], 'task.target_low': [-0.6, -0.3, 0.42],
             'safety.workspace_high': [-0.15, 0.35, 0.47], 'task.target_high': [-0.3, 0.1, 0.45]}
-    assert EnvWorkerConfig().replace(**slab, **{'task.home_noise': 0.1})
+    check_config(EnvWorkerConfig().replace(**slab, **{'task.home_noise': 0.1}))
+    noisy = EnvWorkerConfig().replace(**slab, **{'task.home_noise': 0.3})  # no kinematics here
     with pytest.raises(ConfigError, match=r'^task.home_noise = 0.3 .*only \d+ do') as err:
-        EnvWorkerConfig().replace(**slab, **{'task.home_noise': 0.3})
+        check_config(noisy)
     assert '\n' not in str(err.value)
 
 

@@ -17,6 +17,7 @@
 import math
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.envs.factory import check_config
 from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
 from async_rl_ros.envs.reach_task import OBS_DIM, OBS_SLICES
 from async_rl_ros.envs.scripted import ScriptedReachPolicy
@@ -149,7 +150,8 @@ def test_bad_settings_are_refused_with_the_key():
     with pytest.raises(ConfigError, match='render_mode'):
         UR5ReachEnv(render_mode='vr')
     with pytest.raises(ConfigError, match='task.home_q'):
-        EnvWorkerConfig().replace(**{'task.home_q': [0.0, -1.5708, 0.0, -1.5708, 0.0, 0.0]})
+        check_config(EnvWorkerConfig().replace(
+            **{'task.home_q': [0.0, -1.5708, 0.0, -1.5708, 0.0, 0.0]}))
     home_outside = EnvWorkerConfig()
     home_outside.task.home_q = [0.0, -1.5708, 0.0, -1.5708, 0.0, 0.0]  # not validated
     with pytest.raises(ConfigError, match='task.home_q'):

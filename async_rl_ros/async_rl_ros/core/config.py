@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from async_rl_ros.core.options import (ConfigError, load_node_config, load_yaml_parameters,
                                        option, OptionInfo, parameters_markdown, Section)
-from async_rl_ros.core.sections.env import (EnvWorkerConfig, ReachTaskConfig, RTDEConfig,
-                                            SafetyConfig, SimConfig)
+from async_rl_ros.core.sections.env import (EnvWorkerConfig, RTDEConfig, SafetyConfig,
+                                            SimConfig, TaskConfig)
 from async_rl_ros.core.sections.learning import (BatchSizerConfig, CheckpointConfig,
                                                  DoctorConfig, HindsightConfig, LearnerConfig,
                                                  ReplayConfig, SACConfig)
@@ -44,7 +44,7 @@ __all__ = [
     'load_node_config',
     'parameters_markdown',
     # the sections
-    'ReachTaskConfig',
+    'TaskConfig',
     'SafetyConfig',
     'SimConfig',
     'RTDEConfig',

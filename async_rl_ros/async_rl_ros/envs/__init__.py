@@ -12,4 +12,16 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Robot backends and the reach task (never imports rclpy)."""
+"""
+Robot backends and the tasks (never imports rclpy).
+
+Importing this package registers the tasks with Gymnasium (``gymnasium.make(
+'async_rl_ros/UR5Reach-v0')``, see :mod:`async_rl_ros.envs.goal_view`) when Gymnasium is
+installed; registering twice is a no-op.
+"""
+
+import importlib.util as _util
+
+if _util.find_spec('gymnasium') is not None:  # the sim extra: register our Gymnasium ids
+    from async_rl_ros.envs.goal_view import register_envs as _register_envs
+    _register_envs()

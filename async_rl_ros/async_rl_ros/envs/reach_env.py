@@ -38,7 +38,8 @@ from typing import Any, NamedTuple
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
-from async_rl_ros.envs.reach_task import ACT_DIM, OBS_HIGH, OBS_LOW, ReachTask
+from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.reach_task import ACT_DIM, check_starts, OBS_HIGH, OBS_LOW, ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
 import gymnasium as gym
 import numpy as np
@@ -86,7 +87,9 @@ class UR5ReachEnv(gym.Env):
         if render_mode not in (None, *self.metadata['render_modes']):
             raise ConfigError('render_mode', render_mode,
                               'one of None, ' + ', '.join(self.metadata['render_modes']))
+        check_render_mode(render_mode)  # a GUI without a display would hang, not fail
         cfg.validate()
+        check_starts(cfg)
         #: The configuration in force (a private copy: run-time changes come through
         #: :meth:`apply_config`, never by editing the caller's object in place).
         self.cfg = cfg = copy.deepcopy(cfg)
@@ -168,9 +171,10 @@ class UR5ReachEnv(gym.Env):
 
         :param cfg: the new, validated configuration (it is copied).
         :returns: which changed keys apply from the next step and which from the next episode.
-        :raises ConfigError: a read-only option differs.
+        :raises ConfigError: a read-only option differs, or the start poses do not fit.
         """
         cfg = copy.deepcopy(cfg)
+        check_starts(cfg)
         with self._lock:
             change = _diff(self._target, cfg)
             self._target = cfg
@@ -283,7 +287,7 @@ def _make_backend(cfg: EnvWorkerConfig, render_mode: str | None) -> ArmBackend:
 def make_reach_env(cfg: EnvWorkerConfig | None = None, render_mode: str | None = None,
                    **flat: Any) -> UR5ReachEnv:
     """
-    Build the reach environment; keyword arguments override dotted config keys.
+    Build the simulated reach environment; keyword arguments override dotted config keys.
 
     Example: ``make_reach_env(**{'task.control_hz': 50.0})``.
     """

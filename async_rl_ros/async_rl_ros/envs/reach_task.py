@@ -30,30 +30,34 @@ slice  content                          unit
 Reward per step: ``-w_d * d + w_s * 0.5 * (1 - tanh(d / s)) - w_a * ||a||^2`` with
 ``d = ||g - p||`` (m); success when ``d < success_distance``.
 
-:func:`reach_goal_spec` describes the goal to the learner's hindsight relabeling
-(``core.learning.her.GoalSpec``): the achieved goal is ``p``, a new goal ``g'`` is written to
-``obs[15:18]`` and ``obs[18:21] = g' - p``, and the reward is :meth:`ReachTask.reward` of the
-distance between them.
+:class:`UR5ReachTask` is the task's plug-in (``env_worker.task.name: reach``): its spec's
+:class:`ReachGoalSpec` describes the goal to hindsight relabeling
+(:class:`~async_rl_ros.core.tasks.GoalSpec`): the achieved goal is ``p``, a new goal ``g'`` is
+written to ``obs[15:18]`` and ``obs[18:21] = g' - p``, and the reward is
+:meth:`ReachTask.reward` of the distance between them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable, Mapping
 
-from async_rl_ros.core.config import ReachTaskConfig
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, TaskConfig
+from async_rl_ros.core.tasks import FINAL_DISTANCE, layout_slices, TaskSpec
 from async_rl_ros.envs.arm import ArmState
+from async_rl_ros.envs.safety import start_fit
 from async_rl_ros.envs.ur5_kinematics import JOINT_LIMIT, SPEED_LIMIT
 import numpy as np
 
-__all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_SLICES', 'ReachTask',
-           'START_TRIES', 'ReachGoalSpec', 'reach_goal_spec']
+__all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_LAYOUT', 'OBS_SLICES',
+           'ReachTask', 'START_TRIES', 'ReachGoalSpec', 'UR5ReachTask', 'check_starts',
+           'MIN_START_FIT', 'START_DRAWS']
 
+OBS_LAYOUT = (('q', 6), ('qd', 6), ('ee_pos', 3), ('target', 3), ('to_target', 3))
+OBS_SLICES = layout_slices(OBS_LAYOUT)
 OBS_DIM = 21
 ACT_DIM = 6
-OBS_SLICES = {'q': slice(0, 6), 'qd': slice(6, 12), 'ee_pos': slice(12, 15),
-              'target': slice(15, 18), 'to_target': slice(18, 21)}
 _Q, _QD, _POS, _DELTA = JOINT_LIMIT + 0.1, 2.0 * SPEED_LIMIT, 2.0, 4.0
 OBS_HIGH = np.array([_Q] * 6 + [_QD] * 6 + [_POS] * 6 + [_DELTA] * 3, dtype=np.float32)
 OBS_LOW = -OBS_HIGH
@@ -61,12 +65,15 @@ OBS_LOW = -OBS_HIGH
 #: falls back to ``home_q``. ``EnvWorkerConfig.check`` refuses settings where fewer than a
 #: quarter of the draws fit, so the fallback has a chance below 0.75 ** 64 = 1e-8.
 START_TRIES = 64
+#: Start-pose check (:func:`check_starts`): at least ``MIN_START_FIT`` of ``START_DRAWS``
+#: seeded draws of ``home_q + noise`` must lie within the safety limits.
+MIN_START_FIT, START_DRAWS = 50, 200
 
 
 class ReachTask:
     """Target sampling, observation and reward of the reach task."""
 
-    def __init__(self, cfg: ReachTaskConfig):
+    def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
         self.target_low = np.asarray(cfg.target_low, dtype=np.float64)
         self.target_high = np.asarray(cfg.target_high, dtype=np.float64)
@@ -127,16 +134,16 @@ class ReachTask:
 @dataclasses.dataclass(frozen=True)
 class ReachGoalSpec:
     """
-    The reach task's goal for hindsight relabeling: picklable, batch-first, pure.
+    The reach task's goal for hindsight relabeling and the goal-conditioned view.
 
-    The reward is computed by :meth:`ReachTask.reward` from the observation's own (float32)
-    flange position, so a relabeled reward equals what the task gives for that goal and that
-    flange position exactly.
+    Picklable, batch-first, pure. The achieved goal is the flange position ``p``, the desired
+    goal the target ``g``; the reward is :meth:`ReachTask.reward`'s, vectorized (the action
+    penalty reads ``info['action']``).
 
     :param task: the task configuration (reward weights, success distance).
     """
 
-    task: ReachTaskConfig
+    task: TaskConfig
 
     @property
     def terminate_on_success(self) -> bool:
@@ -147,6 +154,10 @@ class ReachGoalSpec:
         """Return the flange positions ``obs[:, 12:15]`` (m)."""
         return np.array(np.asarray(obs)[:, OBS_SLICES['ee_pos']], dtype=np.float32)
 
+    def desired(self, obs: np.ndarray) -> np.ndarray:
+        """Return the targets ``obs[:, 15:18]`` (m)."""
+        return np.array(np.asarray(obs)[:, OBS_SLICES['target']], dtype=np.float32)
+
     def with_goal(self, obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
         """Return ``obs`` with target ``goal`` and ``goal - flange``, clipped like the env's."""
         out = np.array(obs, dtype=np.float32)
@@ -155,28 +166,76 @@ class ReachGoalSpec:
         out[:, OBS_SLICES['to_target']] = goal - out[:, OBS_SLICES['ee_pos']]
         return np.clip(out, OBS_LOW, OBS_HIGH, out=out)
 
-    def distance(self, next_obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        """Return the flange-to-goal distances (m), as :meth:`ReachTask.distance` computes them."""
-        delta = (np.asarray(goal, dtype=np.float64)
-                 - np.asarray(next_obs, dtype=np.float64)[:, OBS_SLICES['ee_pos']])
-        return np.array([math.sqrt(float(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]))
-                         for d in delta])
+    def compute_reward(self, achieved: np.ndarray, desired: np.ndarray,
+                       info: Mapping[str, Any] | None = None) -> np.ndarray:
+        """
+        Return :meth:`ReachTask.reward` of each row (any leading shape, goals last).
 
-    def reward(self, next_obs: np.ndarray, action: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        """Return the step rewards for reaching ``next_obs`` after ``action`` with ``goal``."""
-        task = ReachTask(self.task)
-        return np.array([task.reward(d, a) for d, a in
-                         zip(self.distance(next_obs, goal), np.asarray(action))])
+        :param info: ``action`` (rows of actions) when ``task.action_penalty`` > 0.
+        """
+        cfg = self.task
+        d = np.linalg.norm(np.asarray(desired, dtype=np.float64)
+                           - np.asarray(achieved, dtype=np.float64), axis=-1)
+        r = -cfg.distance_weight * d
+        r = r + cfg.shaping_weight * 0.5 * (1.0 - np.tanh(d / cfg.shaping_scale))
+        if cfg.action_penalty > 0.0:
+            action = None if info is None else info.get('action')
+            if action is None:
+                raise ValueError('the reach reward with task.action_penalty > 0 needs '
+                                 "info['action']")
+            a = np.nan_to_num(np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0))
+            r = r - cfg.action_penalty * np.sum(a * a, axis=-1)
+        return r
 
-    def success(self, next_obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        """Return whether each flange lies within the success distance of its goal."""
-        return self.distance(next_obs, goal) < self.task.success_distance
+    def is_success(self, achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:
+        """Return whether each flange lies within the success distance of its target."""
+        d = np.linalg.norm(np.asarray(desired, dtype=np.float64)
+                           - np.asarray(achieved, dtype=np.float64), axis=-1)
+        return d < self.task.success_distance
 
 
-def reach_goal_spec(cfg: ReachTaskConfig) -> ReachGoalSpec:
+def check_starts(cfg: EnvWorkerConfig) -> None:
     """
-    Return the goal spec the learner relabels reach episodes with.
+    Refuse a home pose outside the safety limits, or home noise that almost never fits.
 
-    :param cfg: the env's task configuration (``EnvWorkerConfig.task``).
+    Resets rejection-sample ``home_q + noise`` (:meth:`ReachTask.sample_start`): at least
+    :data:`MIN_START_FIT` of :data:`START_DRAWS` seeded draws must lie within the limits.
+
+    :raises ConfigError: naming ``task.home_q`` or ``task.home_noise``.
     """
-    return ReachGoalSpec(cfg)
+    home_ok, fit = start_fit(cfg.task, cfg.safety, START_DRAWS)
+    if not home_ok:
+        raise ConfigError('task.home_q', cfg.task.home_q,
+                          'a pose within safety.joint_lower/upper less joint_margin whose '
+                          'flange lies in safety.workspace_low/high less workspace_margin')
+    if fit < MIN_START_FIT:
+        raise ConfigError('task.home_noise', cfg.task.home_noise,
+                          f'a noise for which at least {MIN_START_FIT} of {START_DRAWS} '
+                          f'starts home_q +- home_noise lie within the safety limits and '
+                          f'box, only {fit} do: lower it or widen safety.workspace_*')
+
+
+class UR5ReachTask:
+    """The ``reach`` task plug-in: the UR5 flange to a point, simulated or real."""
+
+    name = 'reach'
+
+    def spec(self, cfg: EnvWorkerConfig) -> TaskSpec:
+        """Describe the reach task: layouts, goal spec, final distance as rank metric."""
+        return TaskSpec(self.name, OBS_LAYOUT, (('arm', ACT_DIM),), ReachGoalSpec(cfg.task),
+                        FINAL_DISTANCE, real_arm=True, goal_free=('q', 'qd', 'ee_pos'))
+
+    def check(self, cfg: EnvWorkerConfig) -> None:
+        """Refuse start poses the safety limits reject (see :func:`check_starts`)."""
+        check_starts(cfg)
+
+    def make_env(self, cfg: EnvWorkerConfig, *, gate: Any = None,
+                 render_mode: str | None = None) -> Any:
+        """Build the reach env on ``cfg.backend``; a physical arm acts behind ``gate``."""
+        from async_rl_ros.envs.reach_env import UR5ReachEnv
+
+        backend = None
+        if cfg.backend == 'ur5':
+            from async_rl_ros.envs.ur5_rtde import UR5RTDE
+            backend = UR5RTDE(cfg, gate=gate)
+        return UR5ReachEnv(cfg, backend=backend, render_mode=render_mode)

@@ -38,6 +38,7 @@ import time
 from typing import Callable, Iterator
 
 from async_rl_ros.core.config import RTDEConfig
+from async_rl_ros.core.errors import NeedsPerson
 
 __all__ = ['Verdict', 'NeedsPerson', 'classify', 'ProtectiveStopLog', 'backoff', 'StateClock',
            'PolicyGate', 'SAFETY_BITS', 'RUNTIME_PLAYING', 'ROBOT_MODES', 'ROBOT_MODE_RUNNING',
@@ -78,10 +79,6 @@ class Verdict(enum.Enum):
         """Return how an interruption by this verdict is counted: an INTERRUPTION_KINDS entry."""
         return {'protective_stop': 'protective stop', 'program_stopped': 'program stopped',
                 'disconnected': 'lost link'}.get(self.value, self.value)
-
-
-class NeedsPerson(RuntimeError):
-    """The arm is halted and only a person may decide what happens next."""
 
 
 def _bit(bits: int, name: str) -> bool:

@@ -47,7 +47,7 @@ from collections import Counter
 import dataclasses
 import math
 
-from async_rl_ros.core.config import ReachTaskConfig, SafetyConfig
+from async_rl_ros.core.config import SafetyConfig, TaskConfig
 from async_rl_ros.envs.ur5_kinematics import DH_A, DH_D, fk_position
 import numpy as np
 
@@ -99,7 +99,7 @@ def limit_changes(old: SafetyConfig, new: SafetyConfig) -> tuple[bool, bool]:
     return tightens, loosens
 
 
-def start_fit(task: ReachTaskConfig, safety: SafetyConfig, draws: int = 200,
+def start_fit(task: TaskConfig, safety: SafetyConfig, draws: int = 200,
               seed: int = 0) -> tuple[bool, int]:
     """
     Check the start poses of a configuration against its limits (deterministic).

@@ -88,7 +88,9 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
     """Return the end-of-run table from ``summary.json``'s data and the final evaluation."""
     s = summary
     workers = f", worker processes: {s['workers']}" if 'workers' in s else ''
-    rows = [('mode', f"{s['mode']}{workers}"),
+    rows = [('task', s.get('task', '?') + ('' if s.get('safety_filter', True) else
+                                           ' (simulation only: no safety filter, no real arm)')),
+            ('mode', f"{s['mode']}{workers}"),
             ('env steps, updates', f"{s['env_steps']}, {s['updates']}"),
             ('wall time', f"{s['wall_time_s']:.0f} s"),
             ('samples/s, updates/s', f"{s['samples_per_s']:.0f}, {s['updates_per_s']:.1f}"),
@@ -138,16 +140,22 @@ def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='async-rl-train',
-        description='Train (or run a controller on) the simulated UR5 reach task, no ROS.')
+        description='Train SAC on a task (or run a controller on it) without ROS: the UR5 '
+        'reach task, any Gymnasium goal-conditioned env (gym:ID) or a registered task.')
     parser.add_argument('--config', type=Path, default=None,
                         help='ros__parameters YAML file (default: the shipped config/train.yaml)')
     parser.add_argument('--set', dest='overrides', action='append', default=[],
                         metavar='KEY=VALUE', help='override one parameter, e.g. '
                         '--set learner.total_env_steps=50000 or --set task.control_hz=50 '
                         '(repeatable)')
+    parser.add_argument('--task', default=None, metavar='NAME',
+                        help='task to learn (env_worker.task.name): reach, gym:ID such as '
+                        'gym:PandaPush-v3 (simulation only), or a task registered under the '
+                        'async_rl_ros.tasks entry point group (default: the config value, '
+                        'reach)')
     parser.add_argument('--policy', choices=('sac', 'scripted', 'random'), default='sac',
                         help='train SAC (default), or run a damped-least-squares reach '
-                        'controller or uniform random actions')
+                        'controller (task reach) or uniform random actions')
     parser.add_argument('--mode', choices=('single', 'async', 'sync'), default=None,
                         help='async: env-worker processes that never wait for the learner; '
                         'sync: the same in lockstep (baseline); single: the learner steps one '
@@ -185,6 +193,8 @@ def _load(args: argparse.Namespace
         overrides['local_runner']['num_workers'] = args.workers
     if args.mode is not None:
         overrides['local_runner']['mode'] = args.mode
+    if args.task is not None:
+        overrides['env_worker']['task.name'] = args.task
     env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides['env_worker'])
     learner_cfg = load_node_config(path, 'learner', LearnerConfig, overrides['learner'])
     runner_cfg = load_node_config(path, 'local_runner', LocalRunnerConfig,
@@ -196,7 +206,7 @@ def _train(args: argparse.Namespace, stop: StopRequest) -> int:
     config_path, env_cfg, learner_cfg, runner_cfg = _load(args)
     from async_rl_ros.local.train import train
     result = train(env_cfg, learner_cfg, runner_cfg, resume=args.resume, stop=stop)
-    print_table(f'UR5 reach, SAC {runner_cfg.mode} (config: {config_path})',
+    print_table(f'{env_cfg.task.name}, SAC {runner_cfg.mode} (config: {config_path})',
                 summary_rows(result.summary, result.evaluation, stop.outcome))
     if stop.failure is not None:
         say(f'async-rl-train: {stop.outcome}')
@@ -206,20 +216,24 @@ def _train(args: argparse.Namespace, stop: StopRequest) -> int:
 def _control(args: argparse.Namespace, stop: StopRequest) -> int:
     """Run the scripted or the random controller (no training, nothing to save)."""
     config_path, env_cfg, _, _ = _load(args)
-    from async_rl_ros.envs.reach_env import UR5ReachEnv
-    from async_rl_ros.envs.scripted import ScriptedReachPolicy
-    env = UR5ReachEnv(env_cfg, render_mode='human' if args.render else None)
+    from async_rl_ros.envs.tasks import resolve_task
+    task, spec = resolve_task(env_cfg)
+    if args.policy == 'scripted' and task.name != 'reach':
+        raise ConfigError('--policy', 'scripted', f'random for task {task.name!r}: the '
+                          f'scripted controller solves the reach task only')
+    env = task.make_env(env_cfg, render_mode='human' if args.render else None)
     try:
         if args.policy == 'scripted':
+            from async_rl_ros.envs.scripted import ScriptedReachPolicy
             policy = ScriptedReachPolicy(np.asarray(env.speed))
         else:
             env.action_space.seed(env_cfg.seed)
             policy = (lambda _obs: env.action_space.sample())  # noqa: E731
         stats = run_episodes(env, policy, args.episodes or CONTROLLER_EPISODES, env_cfg.seed,
-                             progress=sys.stderr.isatty())
+                             progress=sys.stderr.isatty(), rank=spec.rank)
     finally:
         env.close()
-    print_table(f'UR5 reach, {args.policy} policy '
+    print_table(f'{spec.name}, {args.policy} policy '
                 f'(config: {config_path or "built-in defaults"})', stats.rows())
     return 0
 

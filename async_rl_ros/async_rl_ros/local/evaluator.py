@@ -16,9 +16,10 @@
 The evaluator process: scores policy snapshots on fixed seeds while training goes on.
 
 The training loop submits a snapshot every ``learner.eval_every`` env steps; the process runs
-``learner.eval_episodes`` deterministic episodes of it on a simulated arm (the same seeds for
-every snapshot) and sends the statistics back. One snapshot at a time: a snapshot submitted
-while the previous one is still being scored is skipped, so the learner never waits.
+``learner.eval_episodes`` deterministic episodes of it on the task's simulated environment
+(the same seeds for every snapshot) and sends the statistics back. One snapshot at a time: a
+snapshot submitted while the previous one is still being scored is skipped, so the learner
+never waits.
 """
 
 from __future__ import annotations
@@ -41,13 +42,11 @@ def _evaluator_main(env_flat: dict, hidden: Sequence[int], episodes: int, jobs: 
     import torch
 
     from async_rl_ros.core.workers.inline import PolicyEvaluator
-    from async_rl_ros.envs.reach_env import make_reach_env
+    from async_rl_ros.envs.factory import evaluation_env
 
     torch.set_num_threads(1)
-    # never a real arm, never paced to the wall clock
-    cfg = EnvWorkerConfig.from_flat(env_flat).replace(**{'backend': 'sim', 'sim.real_time': False})
-    env = make_reach_env(cfg)
-    evaluator = PolicyEvaluator(env, hidden, episodes)
+    env, spec = evaluation_env(EnvWorkerConfig.from_flat(env_flat))  # never a real arm
+    evaluator = PolicyEvaluator(env, hidden, episodes, rank=spec.rank)
     try:
         while not stop.value:
             try:

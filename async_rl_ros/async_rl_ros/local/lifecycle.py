@@ -200,14 +200,14 @@ class StopRequest:
 def expected_failures() -> tuple[type[BaseException], ...]:
     """Return the exception types a run reports instead of raising (imported on demand)."""
     from async_rl_ros.core.learning.doctor import TrainingDiverged
-    from async_rl_ros.envs.rtde_supervisor import NeedsPerson
+    from async_rl_ros.core.errors import NeedsPerson
     return TrainingDiverged, NeedsPerson, WorkerFailed
 
 
 def describe_failure(exc: BaseException) -> str:
     """Name an expected failure in words (``training diverged`` ...)."""
     from async_rl_ros.core.learning.doctor import TrainingDiverged
-    from async_rl_ros.envs.rtde_supervisor import NeedsPerson
+    from async_rl_ros.core.errors import NeedsPerson
     if isinstance(exc, TrainingDiverged):
         return 'training diverged'
     if isinstance(exc, NeedsPerson):

@@ -99,7 +99,8 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     """Run one env worker until ``shared.stop`` is set (the body of a worker process)."""
     import torch
 
-    from async_rl_ros.core.workers.runtime import build_worker, WorkerRuntime
+    from async_rl_ros.core.workers.runtime import WorkerRuntime
+    from async_rl_ros.envs.factory import build_worker
 
     torch.set_num_threads(1)
     built = build_worker(EnvWorkerConfig.from_flat(env_flat), worker_id, hidden, batch,
@@ -382,4 +383,9 @@ class LocalTransport:
             out['arm_interruptions'] = dict(interruptions)
             out['arm_stop_failures'] = sum(a.get('stop_failures', 0) for a in arms)
             out['arm_reconnects'] = sum(a.get('reconnects', 0) for a in arms)
+            # each arm's control loop: step time percentiles, deadline misses by cause
+            out['arm_control_loop'] = [
+                {k: a[k] for k in ('step_ms', 'phase_ms', 'deadline_ms', 'deadline_misses',
+                                   'first_action_ms', 'stops_in_effect', 'realtime') if k in a}
+                for a in arms]
         return out

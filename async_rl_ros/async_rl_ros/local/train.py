@@ -40,8 +40,7 @@ from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.workers.inline import final_evaluation, InlineWorker, PolicyEvaluator
-from async_rl_ros.core.workers.runtime import build_worker
-from async_rl_ros.envs.reach_task import reach_goal_spec
+from async_rl_ros.envs.factory import build_worker, evaluation_env
 from async_rl_ros.local.lifecycle import restore_last_good, stop_scope, StopRequest
 from async_rl_ros.local.output import Progress, say
 import torch
@@ -94,11 +93,10 @@ class LocalRun:
         self.env_cfg, self.cfg, self.runner_cfg = env_cfg, cfg, runner_cfg
         self.mode = runner_cfg.mode
         torch.set_num_threads(1)  # the envs share the machine; one BLAS thread is faster here
-        evaluation_cfg = env_cfg.replace(**{'backend': 'sim', 'sim.real_time': False})
-        self.eval_env = build_worker(evaluation_cfg, 0, cfg.sac.hidden_sizes, 1).env
-        self.learner = Learner(cfg, self.eval_env.observation_space.shape[0],
-                               self.eval_env.action_space.shape[0],
-                               goal_spec=reach_goal_spec(env_cfg.task))
+        # The task is resolved (and its configuration checked) before any process starts.
+        self.eval_env, self.spec = evaluation_env(env_cfg)
+        spec = self.spec
+        self.learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
         self.transport: Any = None
         self._envs: list[Any] = [self.eval_env]
         self._stoppers: list[Callable[[], None]] = []
@@ -111,8 +109,8 @@ class LocalRun:
             source: Any = inline
             if evaluate:
                 evaluator = PolicyEvaluator(self.eval_env, cfg.sac.hidden_sizes,
-                                            cfg.eval_episodes)
-            self.title = f'UR5 reach, SAC single process, seed {cfg.seed}'
+                                            cfg.eval_episodes, rank=spec.rank)
+            self.title = f'{spec.name}, SAC single process, seed {cfg.seed}'
             commit_every = 1  # the actor acts with every update at once
         else:
             self.transport = source = LocalTransport(env_cfg, cfg, runner_cfg,
@@ -122,7 +120,7 @@ class LocalRun:
                 evaluator = EvaluatorProcess(env_cfg, cfg.sac.hidden_sizes, cfg.eval_episodes)
                 self._stoppers.append(evaluator.close)
             workers = self.transport.num_workers
-            self.title = (f'UR5 reach, SAC {self.mode}, {workers} worker'
+            self.title = (f'{spec.name}, SAC {self.mode}, {workers} worker'
                           f'{"s" if workers > 1 else ""}, seed {cfg.seed}')
             commit_every = runner_cfg.parameter_server.commit_every
         self.source = source
@@ -149,10 +147,14 @@ class LocalRun:
 
     def finish(self, extra: dict[str, Any]) -> tuple[RunResult, EpisodeStats]:
         """Score the last policy, export the best, evaluate it on held-out episodes."""
-        extra = {'mode': self.mode, **extra}
+        extra = {'mode': self.mode, **self.spec.describe(), **extra}
+        if not self.spec.real_arm:
+            extra['note'] = ('simulation only: this task has no safety filter and never runs '
+                             'on a physical arm')
         extra.update(self.source.summary())  # workers, weights received
         run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
-                         evaluate=final_evaluation(self.eval_env, self.cfg), extra=extra)
+                         evaluate=final_evaluation(self.eval_env, self.cfg, self.spec.rank),
+                         extra=extra, rank=self.spec.rank)
         return run, run.evaluation or EpisodeStats()
 
     def close(self) -> None:
@@ -166,7 +168,7 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
           runner_cfg: LocalRunnerConfig | None = None, *, resume: bool = False,
           progress: bool = True, stop: StopRequest | None = None) -> TrainResult:
     """
-    Train SAC on the reach task (``local_runner.mode``: single, async or sync).
+    Train SAC on the task of ``env_cfg.task.name`` (``local_runner.mode``: single, async, sync).
 
     :param env_cfg: environment configuration (the ``env_worker`` section).
     :param cfg: learner configuration (the ``learner`` section).

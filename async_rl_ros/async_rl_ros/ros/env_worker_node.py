@@ -16,8 +16,9 @@
 ``env_worker`` node: a lifecycle node that steps one environment and publishes transitions.
 
 Lifecycle (:class:`~async_rl_ros.ros.arm_node.ArmNode`): *configure* builds the worker from
-the ``env_worker`` parameters (:func:`~async_rl_ros.core.workers.runtime.build_worker`, as the
-local runner does; ``backend`` picks the simulated or the real arm, which connects here);
+the ``env_worker`` parameters (:func:`~async_rl_ros.envs.factory.build_worker`, as the
+local runner does; ``task.name`` picks the task, ``backend`` the simulated or the real arm,
+which connects here);
 *activate* starts the :class:`~async_rl_ros.core.workers.runtime.WorkerRuntime` thread;
 *deactivate* stops it and stops the arm; *cleanup* and *shutdown* release the environment.
 Every command passes the environment's safety filter.
@@ -39,7 +40,8 @@ from typing import Any
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, RosTransportConfig
 from async_rl_ros.core.records import PolicyState, TransitionBatch as Batch
 from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
-from async_rl_ros.core.workers.runtime import build_worker, WorkerRuntime
+from async_rl_ros.core.workers.runtime import WorkerRuntime
+from async_rl_ros.envs.factory import build_worker, check_config
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
@@ -57,7 +59,8 @@ class EnvWorkerNode(ArmNode):
 
     def __init__(self, **kwargs):
         super().__init__('env_worker', **kwargs)
-        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config).section
+        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config,
+                                     check=check_config).section
         self.transport = SectionParameters(self, RosTransportConfig, 'transport.',
                                            frozen=True).section
         self.worker_id = self.declare_parameter(
@@ -190,9 +193,11 @@ class EnvWorkerNode(ArmNode):
         msg.episodes = len(episodes)
         if episodes:
             msg.episodic_return = float(np.mean([e['charts/episodic_return'] for e in episodes]))
-            msg.final_distance = float(np.mean([e['charts/final_distance'] for e in episodes]))
+            rank = f'charts/final_{worker.episodes.rank.key}'  # the task's rank metric
+            msg.final_distance = float(np.mean([e[rank] for e in episodes]))
         msg.success_rate = float(worker.episodes.success_rate)
         self.status_pub.publish(msg)
+        self.publish_loop_diagnostics()
 
 
 def main(args: list[str] | None = None) -> int:

@@ -48,8 +48,8 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, ReachTaskConfig,
-                                      RosTransportConfig, SafetyConfig)
+from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, RosTransportConfig,
+                                      SafetyConfig, TaskConfig)
 from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
@@ -63,8 +63,8 @@ from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
 from async_rl_ros.core.workers.inline import final_evaluation
-from async_rl_ros.envs.reach_env import make_reach_env
-from async_rl_ros.envs.reach_task import reach_goal_spec
+from async_rl_ros.envs.factory import evaluation_env
+from async_rl_ros.envs.tasks import resolve_task
 from async_rl_ros.local.evaluator import EvaluatorProcess
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.bag_reader import TRANSITION_TYPE, warm_start
@@ -77,7 +77,7 @@ from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionB
                                          WeightsCommit, WorkerStatus)
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
-from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from std_msgs.msg import Float32
 import torch
@@ -96,32 +96,27 @@ TOPIC_METRICS = ('charts/samples_per_s', 'charts/updates_per_s', 'charts/episodi
 
 
 class LearnerNode(Node):
-    """The learner (parameters: ``learner`` section, ``transport.*``, ``obs_dim``, ...)."""
+    """The learner (parameters: ``learner`` section, ``transport.*``, ``task.*``, ...)."""
 
     def __init__(self, **kwargs):
         super().__init__('learner', **kwargs)
         self.cfg = SectionParameters(self, LearnerConfig).section
         self.transport = SectionParameters(self, RosTransportConfig, 'transport.').section
-        dims = ParameterDescriptor(description='Observation / action width of the task.',
-                                   read_only=True,
-                                   integer_range=[IntegerRange(from_value=1, to_value=1 << 20,
-                                                               step=1)])
-        self.obs_dim = self.declare_parameter('obs_dim', 21, dims).value
-        self.act_dim = self.declare_parameter('act_dim', 6, dims).value
         resume = self.declare_parameter('resume', False, ParameterDescriptor(
             description='Continue from the newest checkpoint of checkpoint.directory.',
             read_only=True)).value
         if self.cfg.sac.device != 'cuda':
             torch.set_num_threads(1)  # the workers share the CPU
-        # The reach task's reward and goal layout: hindsight relabeling recomputes rewards.
-        task = SectionParameters(self, ReachTaskConfig, 'task.', frozen=True).section
-        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim,
-                               goal_spec=reach_goal_spec(task))
-        # The evaluator's simulated arm: the workers' task and safety limits.
+        # The workers' task (task.name picks it; hindsight relabeling recomputes its rewards)
+        # and safety limits (the evaluator's simulated arm).
+        task = SectionParameters(self, TaskConfig, 'task.', frozen=True).section
         safety = SectionParameters(self, SafetyConfig, 'safety.', frozen=True).section
         self.eval_env_cfg = EnvWorkerConfig().replace(
             **{f'task.{k}': v for k, v in task.to_flat().items()},
             **{f'safety.{k}': v for k, v in safety.to_flat().items()})
+        _, self.spec = resolve_task(self.eval_env_cfg)
+        self.obs_dim, self.act_dim = self.spec.obs_dim, self.spec.act_dim
+        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal)
         if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
             found = resume_learner(self.learner)
             for path, why in found.skipped:
@@ -306,10 +301,12 @@ class LearnerNode(Node):
         if self.warm_start:
             extra['warm_start'] = self.warm_start
         extra.update(weights_summary(received, self.committer.fp32_bytes))
-        env = make_reach_env(self.eval_env_cfg) if evaluate else None
+        extra.update(self.spec.describe())
+        env = evaluation_env(self.eval_env_cfg)[0] if evaluate else None
         try:
-            finish_run(self.loop, self.log_dir, title='UR5 reach, SAC over ROS 2', extra=extra,
-                       evaluate=final_evaluation(env, self.cfg) if env else None)
+            finish_run(self.loop, self.log_dir, title=f'{self.spec.name}, SAC over ROS 2',
+                       extra=extra, rank=self.spec.rank,
+                       evaluate=final_evaluation(env, self.cfg, self.spec.rank) if env else None)
         finally:
             if env is not None:
                 env.close()
@@ -370,7 +367,7 @@ class LearnerNode(Node):
         if self.loop.evaluations:  # the evaluator's latest score
             latest = self.loop.evaluations[-1].stats
             out['eval/success_rate'] = float(latest.success_rate)
-            out['eval/final_distance'] = float(latest.mean_final_distance)
+            out[f'eval/final_{latest.rank.key}'] = float(latest.mean_final)
         out['charts/policy_lag_mean'] = float(np.mean(lags)) if lags else 0.0
         out['charts/policy_lag_max'] = float(max(lags)) if lags else 0.0
         out['transport/dropped_batches'] = float(self.buffer.dropped)

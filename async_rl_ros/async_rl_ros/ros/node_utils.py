@@ -67,8 +67,12 @@ def apply_env_config(logger: Any, env: Any, section: Any, keys: tuple[str, ...])
     :param section: the changed section.
     :param keys: the keys that changed.
     """
-    if env is not None:
-        logger.info(f'{", ".join(keys)}: {env.apply_config(section)}')
+    apply = getattr(getattr(env, 'unwrapped', env), 'apply_config', None)
+    if apply is not None:
+        logger.info(f'{", ".join(keys)}: {apply(section)}')
+    elif env is not None:
+        logger.info(f'{", ".join(keys)}: this task\'s environment takes no change while it '
+                    'runs; in force once the node is configured again')
 
 
 def run_node(factory: Callable[[], object], args: list[str] | None = None) -> int:

@@ -23,7 +23,8 @@ change applied; an invalid one is refused with the :class:`ConfigError` message 
 Accepted changes are written into the live section object, so the core objects that read
 their configuration at run time see them, and then passed to ``on_change(section,
 changed_keys)``: the hook of the objects that copy limits and must be told (the env worker
-registers :meth:`~async_rl_ros.envs.reach_env.UR5ReachEnv.apply_config`, which tightens
+registers the environment's ``apply_config``, e.g.
+:meth:`~async_rl_ros.envs.reach_env.UR5ReachEnv.apply_config`, which tightens
 limits at once and applies the rest at the next episode). Options that cannot change while
 a node runs are declared ``read_only`` and refused by ROS.
 """
@@ -97,14 +98,17 @@ class SectionParameters:
         value changed; it runs in the parameter callback, so it must return quickly.
     :param frozen: declare every parameter of the section read-only, for a node that reads
         the section only when it starts (e.g. ``transport.*`` on an env worker).
+    :param check: more checks of a whole section beyond its ``validate()``, raising
+        :class:`ConfigError` (the env worker's: its task plug-in's, which need kinematics);
+        run on the start parameters and on every change before it is accepted.
     :raises ConfigError: the parameters the node was started with are invalid.
     """
 
     def __init__(self, node: Any, cls: type[Section], prefix: str = '',
                  on_change: Callable[[Section, tuple[str, ...]], Any] | None = None,
-                 frozen: bool = False):
+                 frozen: bool = False, check: Callable[[Section], Any] | None = None):
         self.node, self.cls, self.prefix = node, cls, prefix
-        self.on_change = on_change
+        self.on_change, self.check = on_change, check
         declared = []
         for name, tp, info, default in cls.options():
             full = prefix + name
@@ -118,6 +122,8 @@ class SectionParameters:
         #: The validated, live section.
         self.section = cls.from_flat({k: _plain(v) for k, v in values.items()},
                                      source=f'{node.get_name()} parameters')
+        if check is not None:
+            check(self.section)
         node.add_on_set_parameters_callback(self._on_set)
 
     def _on_set(self, params: list[Any]) -> SetParametersResult:
@@ -129,6 +135,8 @@ class SectionParameters:
         before = self.section.to_flat()
         try:
             updated = self.section.replace(**mine)
+            if self.check is not None:
+                self.check(updated)
         except ConfigError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         after = updated.to_flat()

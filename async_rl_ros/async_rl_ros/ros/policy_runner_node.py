@@ -16,9 +16,12 @@
 ``policy_runner`` node: run an exported policy on a worker backend, without learning.
 
 For deployment and evaluation: *configure* loads the TorchScript policy the learner exports
-(``<log_dir>/policy.pt``: deterministic actions, normalization inside) and builds the
+(``<log_dir>/policy.pt``: deterministic actions, normalization inside), builds the
 environment from the ``env_worker`` parameters -- the same environment, and so the same
-safety filter, as a training worker; *activate* starts the episodes in a thread;
+safety filter, as a training worker -- and fits the policy for the control loop (one
+intra-op thread, frozen, warmed up before the first command: see
+:class:`~async_rl_ros.core.workers.inference.FittedPolicy`); *activate* starts the episodes
+in a thread;
 *deactivate* stops it and stops the arm. Episode results go out as WorkerStatus on
 ``policy_runner/status`` (``worker_id`` is the ``runner_id`` parameter).
 """
@@ -30,7 +33,9 @@ from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.learning.learner import EpisodeTracker
-from async_rl_ros.core.workers.runtime import backend_call, build_env
+from async_rl_ros.core.workers.inference import FittedPolicy
+from async_rl_ros.core.workers.runtime import backend_call
+from async_rl_ros.envs.factory import build_env, check_config
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.node_utils import run_node
@@ -48,7 +53,8 @@ class PolicyRunnerNode(ArmNode):
 
     def __init__(self, **kwargs):
         super().__init__('policy_runner', **kwargs)
-        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config).section
+        self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config,
+                                     check=check_config).section
         self.policy_path = self.declare_parameter('policy_path', 'runs/async_rl/policy.pt', (
             ParameterDescriptor(description='TorchScript policy exported by the learner.',
                                 read_only=True))).value
@@ -59,7 +65,7 @@ class PolicyRunnerNode(ArmNode):
             description='Id in the status messages.', read_only=True,
             integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
         self.source = 'sim' if self.cfg.backend == 'sim' else 'real'
-        self.policy: Any = None
+        self.policy: FittedPolicy | None = None
         self.tracker = EpisodeTracker()
         self.steps = 0
         self._episodes: list[dict[str, float]] = []
@@ -68,17 +74,25 @@ class PolicyRunnerNode(ArmNode):
                                                 qos.STATUS)
 
     def build(self) -> bool:
-        """Load the policy, then make and connect the environment."""
+        """Load the policy, make and connect the environment, fit the policy to the loop."""
         try:
-            self.policy = torch.jit.load(self.policy_path, map_location='cpu').eval()
+            module = torch.jit.load(self.policy_path, map_location='cpu')
         except (OSError, RuntimeError, ValueError) as exc:
             self.get_logger().error(f'cannot load the policy {self.policy_path}: {exc}')
             return False
         try:
-            self.env = build_env(self.cfg)  # a fixed policy: no gate
+            self.env, spec = build_env(self.cfg)  # a fixed policy: no gate
+            self.tracker = EpisodeTracker(rank=spec.rank)
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return False
+        try:
+            self.policy = FittedPolicy(module, self.env.observation_space.shape[0])
+        except (RuntimeError, ValueError) as exc:   # it does not take this observation
+            self.get_logger().error(f'the policy {self.policy_path} does not fit the '
+                                    f'{self.cfg.backend} environment: {exc}')
+            return False
+        self.get_logger().info(f'policy fit for the control loop: {self.policy.summary()}')
         self.entities = [self.create_timer(1.0, self._publish_status)]
         return True
 
@@ -86,10 +100,16 @@ class PolicyRunnerNode(ArmNode):
         """Return the episode loop."""
         return self._run
 
-    @torch.no_grad()
     def _act(self, obs: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(np.asarray(obs, np.float32)).unsqueeze(0)
-        return self.policy(x)[0].numpy()
+        return self.policy(obs)
+
+    def loop_summary(self) -> dict[str, Any]:
+        """Return the policy's latency and, on a real arm, the step budget (diagnostics)."""
+        out: dict[str, Any] = {'policy': self.policy.summary() if self.policy else {}}
+        backend = getattr(getattr(self.env, 'unwrapped', None), 'backend', None)
+        if hasattr(backend, 'summary'):
+            out['arm'] = backend.summary()
+        return out
 
     def _run(self) -> None:
         try:
@@ -135,9 +155,11 @@ class PolicyRunnerNode(ArmNode):
         msg.episodes = len(episodes)
         if episodes:
             msg.episodic_return = float(np.mean([e['charts/episodic_return'] for e in episodes]))
-            msg.final_distance = float(np.mean([e['charts/final_distance'] for e in episodes]))
+            rank = f'charts/final_{self.tracker.rank.key}'  # the task's rank metric
+            msg.final_distance = float(np.mean([e[rank] for e in episodes]))
         msg.success_rate = float(self.tracker.success_rate)
         self.status_pub.publish(msg)
+        self.publish_loop_diagnostics()
 
 
 def main(args: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import plot_learning_curve
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import torch
 
 __all__ = ['RunResult', 'export_policy', 'write_json', 'finish_run', 'evaluation_summary']
@@ -93,7 +94,7 @@ def write_json(path: Path, data: Mapping[str, Any]) -> Path:
 def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:
     """Return an evaluation's figures for ``summary.json``."""
     return {'eval_episodes': stats.episodes, 'eval_success_rate': stats.success_rate,
-            'eval_final_distance_m': stats.mean_final_distance,
+            stats.rank.summary_key: stats.mean_final,
             'eval_return_mean': (sum(stats.returns) / len(stats.returns)
                                  if stats.returns else math.nan),
             'eval_safety_interventions': stats.intervention_rates}
@@ -101,7 +102,8 @@ def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:
 
 def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
                evaluate: Callable[[PolicyState, bool], EpisodeStats] | None = None,
-               extra: Mapping[str, Any] | None = None) -> RunResult:
+               extra: Mapping[str, Any] | None = None,
+               rank: RankMetric = FINAL_DISTANCE) -> RunResult:
     """
     Write the final checkpoint, ``policy.pt``, the learning curve and ``summary.json``.
 
@@ -116,6 +118,7 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     :param evaluate: ``evaluate(state, held_out)`` runs deterministic episodes, on the
         evaluator's seeds or on held-out ones; ``None``: no final evaluation (ROS learner).
     :param extra: more summary entries (transport figures, the mode, interruptions ...).
+    :param rank: the task's rank metric, the learning curve's third panel.
     """
     learner = loop.learner
     checkpoint = learner.save_checkpoint()
@@ -128,7 +131,7 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     held_out = evaluate(best.state, True) if evaluate is not None and best else None
     policy = export_policy(learner, best.state if best else None, log_dir / 'policy.pt')
     curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
-                                title=title)
+                                title=title, rank=rank)
     summary: dict[str, Any] = dict(loop.totals())
     if held_out is not None:
         summary.update(evaluation_summary(held_out))

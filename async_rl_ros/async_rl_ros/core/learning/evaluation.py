@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections import Counter
 import dataclasses
+import math
 import time
 from typing import Any, Callable
 
+from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import numpy as np
 
 __all__ = ['EpisodeStats', 'run_episodes']
@@ -28,25 +30,34 @@ __all__ = ['EpisodeStats', 'run_episodes']
 
 @dataclasses.dataclass
 class EpisodeStats:
-    """Summary of a batch of episodes; success is judged at the end of each episode."""
+    """
+    Summary of a batch of episodes; success and the rank metric are read at each episode's end.
+
+    :param rank: the task's rank metric (``info[rank.key]`` of each episode's last step).
+    """
 
     episodes: int = 0
     steps: int = 0
     successes: int = 0
     returns: list[float] = dataclasses.field(default_factory=list)
-    final_distances: list[float] = dataclasses.field(default_factory=list)
+    final_values: list[float] = dataclasses.field(default_factory=list)
     safety: Counter = dataclasses.field(default_factory=Counter)
     seconds: float = 0.0
+    rank: RankMetric = FINAL_DISTANCE
 
     @property
     def success_rate(self) -> float:
-        """Fraction of episodes that ended within the success distance."""
+        """Fraction of episodes whose last step was a success."""
         return self.successes / self.episodes if self.episodes else 0.0
 
     @property
-    def mean_final_distance(self) -> float:
-        """Mean flange-to-target distance at the end of the episodes (m)."""
-        return float(np.mean(self.final_distances)) if self.final_distances else float('nan')
+    def mean_final(self) -> float:
+        """Mean of the rank metric at the end of the episodes (NaN without episodes)."""
+        return float(np.mean(self.final_values)) if self.final_values else float('nan')
+
+    def ranking(self) -> tuple[float, float]:
+        """Return the sort key of these statistics: success rate, then the rank metric."""
+        return self.success_rate, self.rank.score(self.mean_final)
 
     @property
     def intervention_rates(self) -> dict[str, float]:
@@ -66,7 +77,8 @@ class EpisodeStats:
                             for k, v in self.intervention_rates.items()) or 'none'
         rows = [('episodes', f'{self.episodes}'), ('env steps', f'{self.steps}'),
                 ('success rate', f'{100.0 * self.success_rate:.1f} %'),
-                ('mean final distance', f'{self.mean_final_distance:.4f} m'),
+                (f'mean {self.rank.label}',
+                 f'{self.mean_final:.4f}' + (f' {self.rank.unit}' if self.rank.unit else '')),
                 ('mean return', f'{np.mean(self.returns):.2f}')]
         if rate:
             steps_per_s = self.steps / self.seconds if self.seconds > 0 else float('nan')
@@ -75,19 +87,21 @@ class EpisodeStats:
 
 
 def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes: int,
-                 seed: int, progress: bool = False) -> EpisodeStats:
+                 seed: int, progress: bool = False,
+                 rank: RankMetric = FINAL_DISTANCE) -> EpisodeStats:
     """
     Run ``episodes`` episodes of ``policy`` on ``env`` and collect statistics.
 
-    :param env: a reach environment (its ``info`` carries ``distance``, ``is_success`` and
-        ``safety``).
+    :param env: a task's environment (its ``info`` carries ``is_success``, ``rank.key`` and,
+        behind a safety filter, ``safety``).
     :param policy: maps an observation to an action.
     :param episodes: number of episodes; episode ``k`` is reset with seed ``seed + k``.
     :param progress: show a progress bar.
+    :param rank: the task's rank metric.
     """
     from tqdm import tqdm
 
-    stats = EpisodeStats()
+    stats = EpisodeStats(rank=rank)
     start = time.perf_counter()
     bar = tqdm(range(episodes), desc='episodes', unit='ep', disable=not progress,
                dynamic_ncols=True)
@@ -103,7 +117,7 @@ def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes:
         stats.episodes += 1
         stats.successes += int(info['is_success'])
         stats.returns.append(total)
-        stats.final_distances.append(info['distance'])
+        stats.final_values.append(float(info.get(rank.key, math.nan)))
         bar.set_postfix(success=f'{stats.success_rate:.2f}')
     stats.seconds = time.perf_counter() - start
     return stats

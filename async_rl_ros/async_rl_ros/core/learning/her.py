@@ -25,47 +25,24 @@ Transport-independent: :class:`HindsightRelabeler` eats the transition batches t
 ingests, keeps one episode accumulator per worker (a worker's transitions arrive in order;
 ``terminated | truncated`` closes its episode, and so does a gap where ``obs`` is not the
 previous ``next_obs``, e.g. a dropped batch) and returns the relabeled copies of each closed
-episode. What a goal is comes from the environment through a :class:`GoalSpec` (core never
-imports the environments); the copies keep ``action``, ``policy_version``, ``worker_id`` and
-``source`` of their originals.
+episode. What a goal is comes from the task through its
+:class:`~async_rl_ros.core.tasks.GoalSpec` (core never imports a task); the copies keep
+``action``, ``policy_version``, ``worker_id`` and ``source`` of their originals.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping
 
 from async_rl_ros.core.config import HindsightConfig
 from async_rl_ros.core.records import TRANSITION_FIELDS
+from async_rl_ros.core.tasks import GoalSpec
 import numpy as np
 
-__all__ = ['GoalSpec', 'HindsightRelabeler', 'MAX_EPISODE_STEPS']
+__all__ = ['HindsightRelabeler', 'MAX_EPISODE_STEPS']
 
 #: An episode longer than this is relabeled in segments of this length (bounds the memory).
 MAX_EPISODE_STEPS = 10_000
-
-
-@runtime_checkable
-class GoalSpec(Protocol):
-    """
-    What the environment tells the learner about its goals (must be picklable).
-
-    All methods take and return arrays with a leading batch dimension ``n``.
-    """
-
-    terminate_on_success: bool
-    """Whether reaching the goal ends the episode (then relabeled ``terminated`` follows it)."""
-
-    def achieved(self, obs: np.ndarray) -> np.ndarray:
-        """Return the achieved goal of each observation, shape ``(n, goal_dim)``."""
-
-    def with_goal(self, obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        """Return a copy of ``obs`` with goal ``goal`` (and the entries derived from it)."""
-
-    def reward(self, next_obs: np.ndarray, action: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        """Return the env's reward, shape ``(n,)``, for reaching ``next_obs`` after ``action``."""
-
-    def success(self, next_obs: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        """Return whether ``next_obs`` reaches ``goal``, boolean of shape ``(n,)``."""
 
 
 class HindsightRelabeler:
@@ -167,10 +144,11 @@ class HindsightRelabeler:
         out = {name: value[t] for name, value in episode.items()}
         out['obs'] = np.asarray(spec.with_goal(out['obs'], goal), dtype=np.float32)
         out['next_obs'] = np.asarray(spec.with_goal(out['next_obs'], goal), dtype=np.float32)
-        out['reward'] = np.asarray(spec.reward(out['next_obs'], out['action'], goal),
-                                   dtype=np.float32)
+        reached = np.asarray(spec.achieved(out['next_obs']))
+        out['reward'] = np.asarray(spec.compute_reward(reached, goal, {'action': out['action']}),
+                                   dtype=np.float32).reshape(-1)
         if spec.terminate_on_success:
-            out['terminated'] = np.asarray(spec.success(out['next_obs'], goal), dtype=bool)
+            out['terminated'] = np.asarray(spec.is_success(reached, goal), dtype=bool).reshape(-1)
         return out
 
 

@@ -44,12 +44,13 @@ from async_rl_ros.core.learning.batch_sizer import BatchSizer, probe_for
 from async_rl_ros.core.learning.checkpoint import (capture_rng_state, CheckpointManager,
                                                    restore_rng_state, unpack_replay_buffer)
 from async_rl_ros.core.learning.doctor import Doctor, finite_rows, ParamDeltaTracker
-from async_rl_ros.core.learning.her import GoalSpec, HindsightRelabeler
+from async_rl_ros.core.learning.her import HindsightRelabeler
 from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.normalizer import RunningNormalizer
 from async_rl_ros.core.learning.replay import ReplayBuffer
 from async_rl_ros.core.learning.sac import SAC, UPDATE_METRICS
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.tasks import FINAL_DISTANCE, GoalSpec, RankMetric
 import numpy as np
 import torch
 
@@ -66,7 +67,7 @@ class Learner:
     :param cfg: learner configuration.
     :param obs_dim: observation width.
     :param act_dim: action width (actions in [-1, 1]).
-    :param goal_spec: the environment's goal spec (e.g. ``envs.reach_task.reach_goal_spec``);
+    :param goal_spec: the task's goal spec (:attr:`~async_rl_ros.core.tasks.TaskSpec.goal`);
         with ``her.k > 0`` every finished episode is also stored relabeled (hindsight
         experience replay, see :mod:`.her`). ``None``: no relabeling.
     """
@@ -391,13 +392,15 @@ class EpisodeTracker:
     Turn a stream of steps into per-episode metrics (``charts/episodic_return`` ...).
 
     :param window: episodes averaged for ``charts/success_rate``.
+    :param rank: the task's rank metric, reported as ``charts/final_<key>``.
     """
 
-    def __init__(self, window: int = 50):
+    def __init__(self, window: int = 50, rank: RankMetric = FINAL_DISTANCE):
         self.window = window
+        self.rank = rank
         self.returns: list[float] = []
         self.successes: list[bool] = []
-        self.final_distances: list[float] = []
+        self.final_values: list[float] = []
         self._return = 0.0
         self._length = 0
 
@@ -410,13 +413,13 @@ class EpisodeTracker:
             return
         self.returns.append(self._return)
         self.successes.append(bool(info.get('is_success', False)))
-        self.final_distances.append(float(info.get('distance', math.nan)))
+        self.final_values.append(float(info.get(self.rank.key, math.nan)))
         if emit is not None:
             emit({'charts/episodic_return': self._return,
                   'charts/episodic_length': float(self._length),
                   'charts/success_rate': self.success_rate,
                   'charts/episode_success': float(self.successes[-1]),
-                  'charts/final_distance': self.final_distances[-1]})
+                  f'charts/final_{self.rank.key}': self.final_values[-1]})
         self._return, self._length = 0.0, 0
 
     @property

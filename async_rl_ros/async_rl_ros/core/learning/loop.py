@@ -117,12 +117,10 @@ class Evaluation:
     env_steps: int
 
     def better_than(self, other: 'Evaluation | None') -> bool:
-        """Higher success rate wins; ties go to the smaller final distance, then the newer."""
+        """Higher success rate wins; ties go to the task's rank metric, then the newer."""
         if other is None:
             return True
-        mine = (self.stats.success_rate, -self.stats.mean_final_distance)
-        theirs = (other.stats.success_rate, -other.stats.mean_final_distance)
-        return mine >= theirs
+        return self.stats.ranking() >= other.stats.ranking()
 
 
 class TrainingLoop:
@@ -281,7 +279,7 @@ class TrainingLoop:
         """Log a scored snapshot (``eval/*``) and keep it if it is the best so far."""
         steps = self.learner.env_steps if env_steps is None else env_steps
         self.logger.log({'eval/success_rate': stats.success_rate,
-                         'eval/final_distance': stats.mean_final_distance,
+                         f'eval/final_{stats.rank.key}': stats.mean_final,
                          'eval/episodic_return': float(np.mean(stats.returns))
                          if stats.returns else math.nan,
                          'eval/policy_version': float(state.version if state else -1)}, steps)

@@ -21,6 +21,8 @@ import math
 from pathlib import Path
 from typing import Mapping
 
+from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
+
 __all__ = ['MetricsLogger', 'plot_learning_curve']
 
 
@@ -87,13 +89,15 @@ def _smoothed(points: list[tuple[int, float]], window: int = 50
 
 
 def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: str | Path,
-                        title: str = 'UR5 reach') -> Path:
+                        title: str, rank: RankMetric = FINAL_DISTANCE) -> Path:
     """
-    Save a PNG of success rate, episodic return and final distance against env steps.
+    Save a PNG of success rate, episodic return and the rank metric against env steps.
 
     :param history: ``MetricsLogger.history``: training episodes (``charts/*``, smoothed
         over the last 50 episodes) and the evaluator's scores (``eval/*``, as points).
     :param path: where to write the PNG.
+    :param title: the figure's title (task, mode, seed).
+    :param rank: the task's rank metric (``charts/final_<key>``), the third panel.
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -101,7 +105,8 @@ def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: st
 
     panels = [('success_rate', 'success rate', (0.0, 1.02)),
               ('episodic_return', 'episodic return', None),
-              ('final_distance', 'final distance (m)', None)]
+              (f'final_{rank.key}', rank.label + (f' ({rank.unit})' if rank.unit else ''),
+               None)]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, (name, label, ylim) in zip(axes, panels):
         raw = 'episode_success' if name == 'success_rate' else name

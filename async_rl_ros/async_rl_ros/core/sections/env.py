@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Sections of the environment side: reach task, safety limits, simulator and the physical UR5.
+Sections of the environment side: the task, safety limits, simulator and the physical UR5.
 
 ``EnvWorkerConfig`` (node ``env_worker``) gathers them and checks the rules that span them.
 Import them from :mod:`async_rl_ros.core.config`.
@@ -26,16 +26,24 @@ import math
 
 from async_rl_ros.core.options import check_box, ConfigError, INT32_MAX, option, Section
 
-#: Start-pose check of ``EnvWorkerConfig``: at least this many of ``START_DRAWS`` seeded draws
-#: of ``home_q + noise`` must lie within the safety limits (resets rejection-sample them).
-MIN_START_FIT, START_DRAWS = 50, 200
 _TWO_PI = 6.2832  # rad, 2 pi rounded up: UR joints turn +-360 deg
 
 
 @dataclasses.dataclass
-class ReachTaskConfig(Section):
-    """The reach task, simulated or real; at run time changes apply from the next episode."""
+class TaskConfig(Section):
+    """
+    The task the workers step; at run time changes apply from the next episode.
 
+    ``name`` picks the task plug-in (:mod:`async_rl_ros.envs.tasks`); the other options are
+    those of the UR5 tasks (the arm's control rate, home pose and goal box, the reward), which
+    a Gymnasium task (``gym:ID``) does not use: it brings its own, like ``rtde.*`` apply only
+    to ``backend: ur5``.
+    """
+
+    name: str = option('reach', 'Task to learn: reach (the UR5 flange to a point), gym:ID (a '
+                       'Gymnasium goal-conditioned env, simulation only, e.g. '
+                       'gym:PandaPush-v3) or a task another package registers under the '
+                       'async_rl_ros.tasks entry point group.', read_only=True)
     control_hz: float = option(25.0, 'RL control rate; one env step lasts 1/control_hz.',
                                unit='Hz', low=1.0, high=500.0)
     episode_seconds: float = option(4.0, 'Episode time limit; the episode is truncated after it.',
@@ -54,7 +62,7 @@ class ReachTaskConfig(Section):
     target_high: list[float] = option([-0.30, 0.10, 0.45],
                                       'Upper corner of the box targets are sampled in.',
                                       unit='m', low=-2.0, high=2.0, length=3)
-    success_distance: float = option(0.02, 'Flange-to-target distance that counts as reached.',
+    success_distance: float = option(0.02, 'Distance to the target that counts as success.',
                                      unit='m', low=0.0, high=1.0, low_open=True)
     distance_weight: float = option(1.0, 'Weight of the -distance reward term.',
                                     low=0.0, high=100.0)
@@ -64,10 +72,14 @@ class ReachTaskConfig(Section):
                                   low=0.0, high=10.0, low_open=True)
     action_penalty: float = option(0.0, 'Weight of the -||action||^2 reward term.',
                                    low=0.0, high=100.0)
-    terminate_on_success: bool = option(False, 'End the episode as soon as the target is reached.')
+    terminate_on_success: bool = option(False, 'End the episode as soon as the task succeeds '
+                                        '(UR5 tasks; a Gymnasium task keeps its own rule).')
 
     def check(self, source: str | None, prefix: str) -> None:
-        """Check that the target box is not empty."""
+        """Check that the task is named and the target box is not empty."""
+        if not self.name.strip() or self.name != self.name.strip():
+            raise ConfigError(prefix + 'name', self.name, 'a task name without surrounding '
+                              'spaces: reach, gym:ID or a registered task', source)
         check_box(self.target_low, self.target_high, prefix + 'target', source)
 
     @property
@@ -141,6 +153,10 @@ class RTDEConfig(Section):
     control_mode: str = option('speedj', 'Command of each RL step: speedj (joint velocity) or '
                                'servoj (joint position one step ahead).',
                                choices=('speedj', 'servoj'), read_only=True)
+    rt_priority: int = option(40, 'SCHED_FIFO priority of the ur_rtde client process; the '
+                              'thread that runs the control loop takes 10 less. 0: normal '
+                              'priority. Where the OS refuses it: one warning line, normal '
+                              'priority.', low=0, high=98, read_only=True)
     acceleration: float = option(8.0, 'Joint acceleration speedJ ramps to a new velocity with.',
                                  unit='rad/s^2', low=0.0, high=40.0, low_open=True)
     servoj_lookahead: float = option(0.1, 'servoJ lookahead time (smooths the trajectory).',
@@ -201,7 +217,7 @@ class EnvWorkerConfig(Section):
                           read_only=True)
     seed: int = option(0, 'Seed of the environment and of exploration noise.',
                        low=0, high=2**31 - 1, read_only=True)
-    task: ReachTaskConfig = dataclasses.field(default_factory=ReachTaskConfig)
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
     rtde: RTDEConfig = dataclasses.field(default_factory=RTDEConfig)
@@ -211,7 +227,9 @@ class EnvWorkerConfig(Section):
         Check the cross-section rules.
 
         Targets must lie inside the safety box (or some would be unreachable by design), and on
-        the real robot one RL step must last a whole number of controller periods.
+        the real robot one RL step must last a whole number of controller periods. Checks that
+        need the arm's kinematics (the home pose and its noise against the limits) belong to
+        the task plug-in (``Task.check``), which every env factory runs.
         """
         if self.backend == 'ur5':
             ratio = self.rtde.frequency / self.task.control_hz
@@ -219,7 +237,6 @@ class EnvWorkerConfig(Section):
                 raise ConfigError(f'{prefix}task.control_hz', self.task.control_hz,
                                   f'a divisor of rtde.frequency = {self.rtde.frequency:g} Hz',
                                   source)
-        self._check_starts(source, prefix)
         margin = self.safety.workspace_margin
         for i, axis in enumerate('xyz'):
             lo = self.safety.workspace_low[i] + margin
@@ -230,19 +247,3 @@ class EnvWorkerConfig(Section):
             if self.task.target_high[i] > hi:
                 raise ConfigError(f'{prefix}task.target_high[{axis}]', self.task.target_high[i],
                                   f'<= safety.workspace_high - margin = {hi:g}', source)
-
-    def _check_starts(self, source: str | None, prefix: str) -> None:
-        """Refuse a home pose outside the safety limits, or noise that almost never fits."""
-        from async_rl_ros.envs.safety import start_fit  # the kinematics live in envs/
-
-        home_ok, fit = start_fit(self.task, self.safety, START_DRAWS)
-        if not home_ok:
-            raise ConfigError(f'{prefix}task.home_q', self.task.home_q,
-                              'a pose within safety.joint_lower/upper less joint_margin whose '
-                              'flange lies in safety.workspace_low/high less workspace_margin',
-                              source)
-        if fit < MIN_START_FIT:
-            raise ConfigError(f'{prefix}task.home_noise', self.task.home_noise,
-                              f'a noise for which at least {MIN_START_FIT} of {START_DRAWS} '
-                              f'starts home_q +- home_noise lie within the safety limits and '
-                              f'box, only {fit} do: lower it or widen safety.workspace_*', source)

@@ -26,11 +26,15 @@ replay can weight real-robot data.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from async_rl_ros.core.learning.learner import EpisodeTracker
 from async_rl_ros.core.learning.networks import Actor
 from async_rl_ros.core.records import empty_transition_batch, PolicyState, TransitionBatch
+from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
+from async_rl_ros.core.workers.inference import control_threads, warm_up
+from async_rl_ros.core.workers.step_budget import note, Percentiles
 import numpy as np
 import torch
 
@@ -43,6 +47,12 @@ NO_POLICY = -1
 class WorkerPolicy:
     """
     The actor a worker samples exploration actions from, with the learner's normalization.
+
+    Inference is timed (:attr:`latency`, :attr:`first_action_ms`) and reported to the step
+    budget of an arm's control loop; the actor is warmed up when built, without touching
+    torch's global random generator (new weights are copied into the same tensors: no new
+    warm-up). A process that drives an arm calls :meth:`fit_for_control` once (one intra-op
+    thread, process-wide).
 
     :param obs_dim: observation width.
     :param act_dim: action width.
@@ -57,6 +67,17 @@ class WorkerPolicy:
         self.obs_clip = float('inf')
         self.version = NO_POLICY
         self.generator = torch.Generator().manual_seed(seed)
+        self.latency = Percentiles()              #: inference time (ms) of every action
+        self.first_action_ms: float | None = None  #: inference time (ms) of the first action
+        self.warm_ms = self._warm_up()             #: time (ms) of a call right after warm-up
+
+    def fit_for_control(self) -> None:
+        """Prepare this process's inference for a control loop: one thread, warmed up."""
+        control_threads(1)
+        self.warm_ms = self._warm_up()
+
+    def _warm_up(self) -> float:
+        return warm_up(lambda x: self.actor.act(x, deterministic=True), self.actor.obs_dim)
 
     def load(self, state: PolicyState) -> None:
         """Install a learner's policy state (actor weights, normalizer, version)."""
@@ -66,15 +87,24 @@ class WorkerPolicy:
         self.obs_clip = float(state.obs_clip)
         self.version = int(state.version)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        """Return an action in [-1, 1] for one raw observation."""
+        """Return an action in [-1, 1] for one raw observation (timed)."""
+        start = time.perf_counter()
         z = np.clip((obs - self.obs_mean) / self.obs_std, -self.obs_clip, self.obs_clip)
         x = torch.as_tensor(z, dtype=torch.float32).unsqueeze(0)
         if deterministic:
-            return self.actor.act(x, deterministic=True)[0].numpy()
-        noise = torch.randn(1, self.actor.act_dim, generator=self.generator)
-        return self.actor.sample(x, noise)[0][0].numpy()
+            action = self.actor.act(x, deterministic=True)[0].numpy()
+        else:   # Actor.sample's action, without the log-probability a worker has no use for
+            noise = torch.randn(1, self.actor.act_dim, generator=self.generator)
+            mean, log_std = self.actor(x)
+            action = torch.tanh(mean + log_std.exp() * noise)[0].numpy()
+        seconds = time.perf_counter() - start
+        note('policy', seconds)
+        self.latency.add(1000.0 * seconds)
+        if self.first_action_ms is None:
+            self.first_action_ms = round(1000.0 * seconds, 3)
+        return action
 
 
 class EnvWorker:
@@ -89,17 +119,18 @@ class EnvWorker:
     :param batch_size: transitions per batch handed to the transport.
     :param seed: seed of the environment and of the random actions.
     :param source: ``'sim'`` or ``'real'``, stamped on every transition.
+    :param rank: the task's rank metric, reported with each finished episode.
     """
 
     def __init__(self, worker_id: int, env: Any, policy: WorkerPolicy, batch_size: int = 64,
-                 seed: int = 0, source: str = 'sim'):
+                 seed: int = 0, source: str = 'sim', rank: RankMetric = FINAL_DISTANCE):
         self.worker_id = int(worker_id)
         self.source = source
         self.env = env
         self.policy = policy
         self.batch_size = int(batch_size)
         self.rng = np.random.default_rng(seed)
-        self.episodes = EpisodeTracker()
+        self.episodes = EpisodeTracker(rank=rank)
         self.steps = 0
         obs_dim = env.observation_space.shape[0]
         act_dim = env.action_space.shape[0]

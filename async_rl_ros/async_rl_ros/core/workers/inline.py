@@ -35,6 +35,7 @@ from async_rl_ros.core.learning.evaluation import EpisodeStats, run_episodes
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 from async_rl_ros.core.weights.receiver import InProcessWeightPath, weights_summary
 from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
 
@@ -106,10 +107,12 @@ class PolicyEvaluator:
     :param hidden: hidden layer widths of the actor.
     :param episodes: episodes per snapshot.
     :param seed: reset seed of the first episode (episode ``k`` uses ``seed + k``).
+    :param rank: the task's rank metric.
     """
 
-    def __init__(self, env: Any, hidden: Sequence[int], episodes: int, seed: int = EVAL_SEED):
-        self.env, self.episodes, self.seed = env, int(episodes), int(seed)
+    def __init__(self, env: Any, hidden: Sequence[int], episodes: int, seed: int = EVAL_SEED,
+                 rank: RankMetric = FINAL_DISTANCE):
+        self.env, self.episodes, self.seed, self.rank = env, int(episodes), int(seed), rank
         obs_dim = env.observation_space.shape[0]
         act_dim = env.action_space.shape[0]
         self.policy = WorkerPolicy(obs_dim, act_dim, hidden)
@@ -119,7 +122,7 @@ class PolicyEvaluator:
         """Run the episodes with ``state``'s deterministic policy; return their statistics."""
         self.policy.load(state)
         return run_episodes(self.env, lambda o: self.policy.act(o, deterministic=True),
-                            self.episodes, seed=self.seed)
+                            self.episodes, seed=self.seed, rank=self.rank)
 
     def submit(self, state: PolicyState) -> bool:
         """Score ``state`` now (inline); the result comes with the next :meth:`poll`."""
@@ -132,7 +135,8 @@ class PolicyEvaluator:
         return out
 
 
-def final_evaluation(env: Any, cfg: LearnerConfig) -> Callable[[PolicyState, bool], EpisodeStats]:
+def final_evaluation(env: Any, cfg: LearnerConfig, rank: RankMetric = FINAL_DISTANCE
+                     ) -> Callable[[PolicyState, bool], EpisodeStats]:
     """
     Return the final evaluation ``evaluate(state, held_out)`` that ``finish_run`` takes.
 
@@ -143,10 +147,11 @@ def final_evaluation(env: Any, cfg: LearnerConfig) -> Callable[[PolicyState, boo
 
     :param env: the evaluation environment (a simulated arm).
     :param cfg: the ``learner`` section.
+    :param rank: the task's rank metric.
     """
     hidden = cfg.sac.hidden_sizes
-    evaluator = PolicyEvaluator(env, hidden, cfg.eval_episodes, seed=EVAL_SEED)
-    judge = PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=HELD_OUT_SEED)
+    evaluator = PolicyEvaluator(env, hidden, cfg.eval_episodes, seed=EVAL_SEED, rank=rank)
+    judge = PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=HELD_OUT_SEED, rank=rank)
 
     def evaluate(state: PolicyState, held_out: bool) -> EpisodeStats:
         return (judge if held_out else evaluator).score(state)

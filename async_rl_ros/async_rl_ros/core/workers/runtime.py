@@ -13,16 +13,14 @@
 # limitations under the License.
 
 """
-One env worker as every transport runs it: the factory and the stepping loop.
+One env worker as every transport runs it: the stepping loop around a built worker.
 
-:func:`build_worker` builds what a worker is made of from the ``env_worker`` section: the
-environment on its backend (PyBullet, or a physical UR5 through ``ur_rtde`` behind the
-:class:`~async_rl_ros.envs.rtde_supervisor.PolicyGate`), the worker's policy, its seed and
-the source tag of its transitions. :class:`WorkerRuntime` runs it: install policy states
-(and tell the gate), pause while the learner is behind (simulated arms only), step, hand
-full batches to the transport, and stop the arm when a step fails -- retried a few times,
-never after :class:`~async_rl_ros.envs.rtde_supervisor.NeedsPerson`. The local runner's
-worker processes and the ROS 2 ``env_worker`` node are thin shells around these two.
+:class:`WorkerRuntime` runs a :class:`BuiltWorker` (built from the ``env_worker`` section by
+:func:`async_rl_ros.envs.factory.build_worker`, which knows the tasks and the arms): install
+policy states (and tell a physical arm's gate), pause while the learner is behind (simulated
+arms only), step, hand full batches to the transport, and stop the arm when a step fails --
+retried a few times, never after :class:`~async_rl_ros.core.errors.NeedsPerson`. The local
+runner's worker processes and the ROS 2 ``env_worker`` node are thin shells around it.
 """
 
 from __future__ import annotations
@@ -32,25 +30,19 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from async_rl_ros.core.config import EnvWorkerConfig
+from async_rl_ros.core.errors import NeedsPerson
 from async_rl_ros.core.records import PolicyState, TransitionBatch
-from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPacer, WorkerPolicy
+from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPacer
 
-__all__ = ['BuiltWorker', 'build_env', 'build_worker', 'worker_seed', 'WorkerRuntime',
-           'backend_call']
+__all__ = ['BuiltWorker', 'WorkerRuntime', 'backend_call']
 
 _LOG = logging.getLogger(__name__)
 PACE_SLEEP_S = 0.002    # s a paced worker idles before looking again
 STEP_RETRY_S = 1.0      # s between retries after a step failed (the arm is stopped meanwhile)
 MAX_STEP_FAILURES = 5   # failed steps within STEP_FAILURE_WINDOW_S before the worker gives up
 STEP_FAILURE_WINDOW_S = 60.0
-
-
-def worker_seed(cfg: EnvWorkerConfig, worker_id: int, restarts: int = 0) -> int:
-    """Return the seed of worker ``worker_id`` after ``restarts`` respawns."""
-    return cfg.seed + 1000 * int(worker_id) + int(restarts)
 
 
 def backend_call(env: Any, name: str) -> None:
@@ -61,55 +53,23 @@ def backend_call(env: Any, name: str) -> None:
         method()
 
 
-def build_env(cfg: EnvWorkerConfig, gate: Any = None) -> Any:
-    """
-    Build (connect) the reach environment of ``cfg.backend``; a real arm gets ``gate``.
-
-    :param cfg: the ``env_worker`` section.
-    :param gate: the :class:`~async_rl_ros.envs.rtde_supervisor.PolicyGate` of a learning
-        worker (backend ``ur5``); ``None`` lets every command through (a fixed policy).
-    """
-    from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
-
-    if cfg.backend == 'ur5':
-        from async_rl_ros.envs.ur5_rtde import UR5RTDE
-        return UR5ReachEnv(cfg, backend=UR5RTDE(cfg, gate=gate))
-    return make_reach_env(cfg)
-
-
 @dataclasses.dataclass
 class BuiltWorker:
-    """An env worker with its environment and, on a physical arm, its policy gate."""
+    """
+    An env worker with its environment and, on a physical arm, its policy gate.
+
+    :param worker: the env worker.
+    :param env: its environment.
+    :param gate: a physical arm's policy gate (``None`` on a simulated arm).
+    :param source: ``'sim'`` or ``'real'``.
+    :param seed: the worker's seed.
+    """
 
     worker: EnvWorker
     env: Any
     gate: Any
     source: str
     seed: int
-
-
-def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
-                 batch_size: int, restarts: int = 0) -> BuiltWorker:
-    """
-    Build (and, for a physical arm, connect) one env worker.
-
-    :param cfg: the ``env_worker`` section.
-    :param worker_id: stamped on every transition.
-    :param hidden: hidden layer widths of the learner's actor.
-    :param batch_size: transitions per batch handed to the transport.
-    :param restarts: respawns so far (each gets a new seed).
-    """
-    gate = None
-    if cfg.backend == 'ur5':
-        from async_rl_ros.envs.rtde_supervisor import PolicyGate
-        gate = PolicyGate.from_config(cfg.rtde)
-    env = build_env(cfg, gate)
-    seed = worker_seed(cfg, worker_id, restarts)
-    source = 'real' if cfg.backend == 'ur5' else 'sim'
-    policy = WorkerPolicy(env.observation_space.shape[0], env.action_space.shape[0], hidden,
-                          seed)
-    worker = EnvWorker(worker_id, env, policy, batch_size=batch_size, seed=seed, source=source)
-    return BuiltWorker(worker, env, gate, source, seed)
 
 
 class WorkerRuntime:
@@ -192,8 +152,6 @@ class WorkerRuntime:
         The backend recovers what it can on the next step (a real arm: reconnect, restart
         the control script, re-read the state); ``NeedsPerson`` is never retried.
         """
-        from async_rl_ros.envs.rtde_supervisor import NeedsPerson
-
         self.state = 'active'
         while not self.stop_event.is_set():
             try:

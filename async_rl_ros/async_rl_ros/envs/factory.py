@@ -1,0 +1,106 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+"""
+Build env workers from the ``env_worker`` section: the task's environment on its arm.
+
+What every transport calls to get a worker (the local runner's worker processes, the ROS 2
+``env_worker`` node) or an environment (the evaluator, the policy runner): the task plug-in
+named by ``task.name`` (:mod:`async_rl_ros.envs.tasks`) builds the environment, checked first;
+a physical UR5 acts behind a :class:`~async_rl_ros.envs.rtde_supervisor.PolicyGate` built
+from ``rtde.*``. The core's :class:`~async_rl_ros.core.workers.runtime.WorkerRuntime` then
+runs the :class:`~async_rl_ros.core.workers.runtime.BuiltWorker`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.core.tasks import TaskSpec
+from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
+from async_rl_ros.core.workers.runtime import BuiltWorker
+from async_rl_ros.envs.tasks import resolve_task
+
+__all__ = ['build_env', 'build_worker', 'check_config', 'evaluation_env', 'worker_seed']
+
+
+def worker_seed(cfg: EnvWorkerConfig, worker_id: int, restarts: int = 0) -> int:
+    """Return the seed of worker ``worker_id`` after ``restarts`` respawns."""
+    return cfg.seed + 1000 * int(worker_id) + int(restarts)
+
+
+def check_config(cfg: EnvWorkerConfig) -> None:
+    """Refuse (``ConfigError``) a configuration the task of ``cfg.task.name`` cannot run."""
+    resolve_task(cfg)
+
+
+def build_env(cfg: EnvWorkerConfig, gate: Any = None) -> tuple[Any, TaskSpec]:
+    """
+    Build (connect) the environment of ``cfg.task.name`` on ``cfg.backend``, with its spec.
+
+    :param cfg: the ``env_worker`` section.
+    :param gate: the policy gate of a learning worker on a physical arm; ``None`` lets every
+        command through (a fixed policy).
+    :raises ConfigError: an unknown task, or a configuration the task refuses.
+    """
+    task, spec = resolve_task(cfg)
+    env = task.make_env(cfg, gate=gate)
+    _check_spaces(env, spec)
+    return env, spec
+
+
+def evaluation_env(cfg: EnvWorkerConfig) -> tuple[Any, TaskSpec]:
+    """Build the environment evaluations run on: always simulated, never paced."""
+    return build_env(cfg.replace(**{'backend': 'sim', 'sim.real_time': False}))
+
+
+def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
+                 batch_size: int, restarts: int = 0) -> BuiltWorker:
+    """
+    Build (and, for a physical arm, connect) one env worker.
+
+    The worker's process does its inference on one thread, warmed up before the first action
+    (:meth:`~async_rl_ros.core.workers.env_worker.WorkerPolicy.fit_for_control`): a control
+    loop shares the machine with the learner and cannot wait for a cold first call.
+
+    :param cfg: the ``env_worker`` section.
+    :param worker_id: stamped on every transition.
+    :param hidden: hidden layer widths of the learner's actor.
+    :param batch_size: transitions per batch handed to the transport.
+    :param restarts: respawns so far (each gets a new seed).
+    """
+    gate = None
+    if cfg.backend == 'ur5':
+        from async_rl_ros.envs.rtde_supervisor import PolicyGate
+        gate = PolicyGate.from_config(cfg.rtde)
+    env, spec = build_env(cfg, gate)
+    seed = worker_seed(cfg, worker_id, restarts)
+    source = 'real' if cfg.backend == 'ur5' else 'sim'
+    policy = WorkerPolicy(spec.obs_dim, spec.act_dim, hidden, seed)
+    policy.fit_for_control()  # one inference thread, warmed up before the first command
+    worker = EnvWorker(worker_id, env, policy, batch_size=batch_size, seed=seed, source=source,
+                       rank=spec.rank)
+    return BuiltWorker(worker, env, gate, source, seed)
+
+
+def _check_spaces(env: Any, spec: TaskSpec) -> None:
+    """Refuse an environment whose spaces are not what its task's spec declares."""
+    obs, act = env.observation_space.shape, env.action_space.shape
+    if obs != (spec.obs_dim,) or act != (spec.act_dim,):
+        env.close()
+        raise ConfigError('task.name', spec.name, f'a task whose environment matches its '
+                          f'spec: observations {obs} and actions {act} where the spec '
+                          f'declares ({spec.obs_dim},) and ({spec.act_dim},)')

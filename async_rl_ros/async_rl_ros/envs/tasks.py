@@ -1,0 +1,110 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+"""
+Find a task plug-in by name: the built-in UR5 tasks, Gymnasium ids, third-party packages.
+
+Names (``env_worker.task.name``, ``async-rl-train --task``, ``task:=`` in the launch file):
+
+* ``reach`` -- the UR5 reach task (:mod:`async_rl_ros.envs.reach_task`), simulated or real;
+* ``gym:ID`` -- any Gymnasium goal-conditioned environment (``gym:PandaPush-v3``), simulated
+  only (:mod:`async_rl_ros.envs.gym_task`); ``gym:MODULE:ID`` imports ``MODULE`` first, as
+  ``gymnasium.make`` does;
+* a name registered under the entry point group :data:`ENTRY_POINT_GROUP` by another
+  package: its entry point loads a class or function that returns a
+  :class:`~async_rl_ros.core.tasks.Task` when called without arguments.
+
+:func:`resolve_task` also runs the plug-in's own configuration checks (those that need
+kinematics or the simulator live with the task, not in the core's config sections).
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any, Callable
+
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.core.tasks import Task, TaskSpec
+
+__all__ = ['ENTRY_POINT_GROUP', 'GYM_PREFIX', 'BUILTIN_TASKS', 'get_task', 'resolve_task',
+           'task_names', 'make_env']
+
+#: Entry point group third-party packages register their tasks under.
+ENTRY_POINT_GROUP = 'async_rl_ros.tasks'
+#: Prefix of a Gymnasium id used as a task.
+GYM_PREFIX = 'gym:'
+
+
+def _reach() -> Task:
+    from async_rl_ros.envs.reach_task import UR5ReachTask
+    return UR5ReachTask()
+
+
+#: The tasks this package ships, by name.
+BUILTIN_TASKS: dict[str, Callable[[], Task]] = {'reach': _reach}
+
+
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def task_names() -> list[str]:
+    """Return the names of every task found (built-in and registered), plus ``gym:ID``."""
+    names = dict.fromkeys(BUILTIN_TASKS)
+    names.update(dict.fromkeys(sorted(_entry_points())))
+    return [*names, GYM_PREFIX + 'ID']
+
+
+def get_task(name: str) -> Task:
+    """
+    Return the plug-in of task ``name``.
+
+    :raises ConfigError: no task of that name, or its entry point fails to load.
+    """
+    if name.startswith(GYM_PREFIX):
+        from async_rl_ros.envs.gym_task import GymGoalTask
+        return GymGoalTask(name[len(GYM_PREFIX):])
+    factory: Any = BUILTIN_TASKS.get(name)
+    if factory is None:
+        ep = _entry_points().get(name)
+        if ep is None:
+            raise ConfigError('task.name', name, 'one of ' + ', '.join(task_names()))
+        try:
+            factory = ep.load()
+        except Exception as exc:  # noqa: B902 -- a broken third-party package: one line
+            raise ConfigError('task.name', name, f'its entry point {ep.value} failed to '
+                              f'load: {type(exc).__name__}: {exc}') from None
+    task = factory()
+    if not isinstance(task, Task):
+        raise ConfigError('task.name', name, f'{factory!r} returned {task!r}, which lacks '
+                          f'part of the Task contract (name, spec, check, make_env)')
+    return task
+
+
+def resolve_task(cfg: EnvWorkerConfig) -> tuple[Task, TaskSpec]:
+    """
+    Return the plug-in and spec of ``cfg.task.name``, with the plug-in's checks passed.
+
+    :raises ConfigError: an unknown task, or a configuration the task refuses.
+    """
+    task = get_task(cfg.task.name)
+    task.check(cfg)
+    return task, task.spec(cfg)
+
+
+def make_env(cfg: EnvWorkerConfig, *, gate: Any = None, render_mode: str | None = None) -> Any:
+    """Build one environment of ``cfg.task.name`` (checked first; see :func:`resolve_task`)."""
+    task, _ = resolve_task(cfg)
+    return task.make_env(cfg, gate=gate, render_mode=render_mode)
