@@ -54,3 +54,13 @@ def tiny_config(tmp_path, **flat):
             'checkpoint.directory': str(tmp_path / 'ckpt'), 'log_dir': str(tmp_path / 'runs')}
     base.update(flat)
     return LearnerConfig().replace(**base)
+
+
+@pytest.fixture
+def run(request):
+    """Yield a controller double with a UR5 backend on it (``ur_double.backend.Run``)."""
+    from ur_double.backend import Run
+
+    r = Run(**request.param)
+    yield r
+    r.close()

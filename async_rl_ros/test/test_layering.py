@@ -41,17 +41,17 @@ def test_layers_import_with_ros_blocked():
     """Import every module of core/, envs/ and local/ with the ROS modules unimportable."""
     names = [name for name, _ in _modules()]
     assert len(names) >= 50 and 'async_rl_ros.core.weights.receiver' in names, names
-    script = '\n'.join([
-        'import sys',
-        *(f'sys.modules[{m!r}] = None' for m in ROS_MODULES),
-        'import importlib',
-        f'for name in {names!r}:',
-        '    importlib.import_module(name)',
+    _import_in_fresh_process(names, [f'sys.modules[{m!r}] = None' for m in ROS_MODULES], [
         'leaked = [m for m in sys.modules if m.split(".")[0] in '
         f'{ROS_MODULES!r} and sys.modules[m] is not None]',
-        'assert not leaked, leaked',
-        'print("ok")',
-    ])
+        'assert not leaked, leaked'])
+
+
+def _import_in_fresh_process(names: list[str], before: list[str], check: list[str]) -> None:
+    """Import ``names`` in a new interpreter after the lines ``before``, then run ``check``."""
+    script = '\n'.join(['import importlib', 'import sys', *before,
+                        f'for name in {names!r}:', '    importlib.import_module(name)',
+                        *check, 'print("ok")'])
     result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
@@ -97,15 +97,6 @@ def test_core_never_imports_the_tasks_or_the_arms():
 def test_importing_the_core_loads_no_task():
     """Import every core module in a fresh process: no module of envs/ comes with them."""
     names = [name for name, _ in _modules() if name.startswith('async_rl_ros.core')]
-    script = '\n'.join([
-        'import importlib, sys',
-        f'for name in {names!r}:',
-        '    importlib.import_module(name)',
+    _import_in_fresh_process(names, [], [
         'loaded = sorted(m for m in sys.modules if m.startswith("async_rl_ros.envs"))',
-        'assert not loaded, loaded',
-        'print("ok")',
-    ])
-    result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().endswith('ok')
+        'assert not loaded, loaded'])

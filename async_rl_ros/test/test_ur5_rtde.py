@@ -35,15 +35,8 @@ import pytest
 
 pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
-from ur_double.backend import drive, expected_speed, make_cfg, PUSH, Run  # noqa: E402
+from ur_double.backend import drive, expected_speed, make_cfg, PUSH  # noqa: E402
 from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
-
-
-@pytest.fixture
-def run(request):
-    r = Run(**request.param)
-    yield r
-    r.close()
 
 
 @pytest.mark.parametrize('run', [

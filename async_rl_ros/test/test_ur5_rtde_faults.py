@@ -34,15 +34,8 @@ import pytest
 
 pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
-from ur_double.backend import drive, make_cfg, Run  # noqa: E402 -- after the skip check
+from ur_double.backend import drive, make_cfg  # noqa: E402 -- after the skip check
 from ur_double.harness import DoubleProcess  # noqa: E402
-
-
-@pytest.fixture
-def run(request):
-    r = Run(**request.param)
-    yield r
-    r.close()
 
 
 def _gone(pid):

@@ -32,14 +32,7 @@ import transforms3d
 
 pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
-from ur_double.backend import drive, Run  # noqa: E402 -- after the skip check
-
-
-@pytest.fixture
-def run(request):
-    r = Run(**request.param)
-    yield r
-    r.close()
+from ur_double.backend import drive  # noqa: E402 -- after the skip check
 
 
 def _kinds(run):

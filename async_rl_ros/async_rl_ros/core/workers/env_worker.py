@@ -33,8 +33,7 @@ from async_rl_ros.core.learning.learner import EpisodeTracker
 from async_rl_ros.core.learning.networks import Actor
 from async_rl_ros.core.records import empty_transition_batch, PolicyState, TransitionBatch
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
-from async_rl_ros.core.workers.inference import control_threads, warm_up
-from async_rl_ros.core.workers.step_budget import note, Percentiles
+from async_rl_ros.core.workers.inference import control_threads, TimedInference, warm_up
 import numpy as np
 import torch
 
@@ -44,7 +43,7 @@ __all__ = ['WorkerPolicy', 'EnvWorker', 'NO_POLICY', 'WorkerPacer']
 NO_POLICY = -1
 
 
-class WorkerPolicy:
+class WorkerPolicy(TimedInference):
     """
     The actor a worker samples exploration actions from, with the learner's normalization.
 
@@ -67,8 +66,7 @@ class WorkerPolicy:
         self.obs_clip = float('inf')
         self.version = NO_POLICY
         self.generator = torch.Generator().manual_seed(seed)
-        self.latency = Percentiles()              #: inference time (ms) of every action
-        self.first_action_ms: float | None = None  #: inference time (ms) of the first action
+        super().__init__()
         self.warm_ms = self._warm_up()             #: time (ms) of a call right after warm-up
 
     def fit_for_control(self) -> None:
@@ -99,11 +97,7 @@ class WorkerPolicy:
             noise = torch.randn(1, self.actor.act_dim, generator=self.generator)
             mean, log_std = self.actor(x)
             action = torch.tanh(mean + log_std.exp() * noise)[0].numpy()
-        seconds = time.perf_counter() - start
-        note('policy', seconds)
-        self.latency.add(1000.0 * seconds)
-        if self.first_action_ms is None:
-            self.first_action_ms = round(1000.0 * seconds, 3)
+        self._timed(time.perf_counter() - start)
         return action
 
 

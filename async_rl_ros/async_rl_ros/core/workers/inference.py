@@ -42,7 +42,7 @@ from async_rl_ros.core.workers.step_budget import note, Percentiles
 import numpy as np
 import torch
 
-__all__ = ['control_threads', 'warm_up', 'FittedPolicy', 'WARMUP_CALLS']
+__all__ = ['control_threads', 'warm_up', 'TimedInference', 'FittedPolicy', 'WARMUP_CALLS']
 
 _LOG = logging.getLogger(__name__)
 WARMUP_CALLS = 8   # forward passes before the first command (TorchScript optimizes on 1-2)
@@ -75,7 +75,26 @@ def warm_up(call: Callable[[torch.Tensor], Any], obs_dim: int,
         return 1000.0 * (time.perf_counter() - start)
 
 
-class FittedPolicy:
+class TimedInference:
+    """
+    The timing every policy that acts on an arm keeps: each call's latency, the first one.
+
+    :meth:`_timed` reports a call to the step budget of the calling thread's control loop
+    (its ``policy`` phase) as well.
+    """
+
+    def __init__(self) -> None:
+        self.first_action_ms: float | None = None   #: latency (ms) of the first real action
+        self.latency = Percentiles()                #: latency (ms) of every action
+
+    def _timed(self, seconds: float) -> None:
+        note('policy', seconds)
+        self.latency.add(1000.0 * seconds)
+        if self.first_action_ms is None:
+            self.first_action_ms = round(1000.0 * seconds, 3)
+
+
+class FittedPolicy(TimedInference):
     """
     An exported (TorchScript) deterministic policy, fit for a control loop.
 
@@ -102,8 +121,7 @@ class FittedPolicy:
         self.obs_dim = int(obs_dim)
         #: latency (ms) the first action will have, measured right after the warm-up
         self.warm_ms = warm_up(module, self.obs_dim)
-        self.first_action_ms: float | None = None   #: latency (ms) of the first real action
-        self.latency = Percentiles()                #: latency (ms) of every action
+        super().__init__()
 
     @classmethod
     def load(cls, path: str, obs_dim: int, threads: int | None = 1) -> 'FittedPolicy':
@@ -116,11 +134,7 @@ class FittedPolicy:
         with torch.inference_mode():
             x = torch.as_tensor(np.asarray(obs, np.float32)).reshape(1, self.obs_dim)
             action = self.module(x)[0].numpy()
-        seconds = time.perf_counter() - start
-        note('policy', seconds)
-        self.latency.add(1000.0 * seconds)
-        if self.first_action_ms is None:
-            self.first_action_ms = round(1000.0 * seconds, 3)
+        self._timed(time.perf_counter() - start)
         return action
 
     def summary(self) -> dict[str, Any]:
