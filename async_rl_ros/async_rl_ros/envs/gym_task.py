@@ -38,6 +38,7 @@ and there is no safety filter (``TaskSpec.real_arm`` is ``False``).
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import math
 from typing import Any, Mapping
@@ -116,8 +117,19 @@ def _probe(env_id: str) -> Any:
     """Return this process's probe env of ``env_id`` (built once; spaces, reward, success)."""
     env = _PROBES.get(env_id)
     if env is None:
+        if not _PROBES:  # closed before the interpreter tears down what their __del__ needs
+            atexit.register(_close_probes)
         env = _PROBES[env_id] = _make(env_id)
     return env
+
+
+def _close_probes() -> None:
+    while _PROBES:
+        _, env = _PROBES.popitem()
+        try:
+            env.close()
+        except Exception:  # noqa: B902 -- at exit: nothing left to report to
+            pass
 
 
 def _width(space: Any) -> int:
