@@ -39,7 +39,7 @@ from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
 from async_rl_ros.core.tasks import Task, TaskSpec
 
 __all__ = ['ENTRY_POINT_GROUP', 'GYM_PREFIX', 'BUILTIN_TASKS', 'get_task', 'resolve_task',
-           'task_names', 'make_env']
+           'task_names']
 
 #: Entry point group third-party packages register their tasks under.
 ENTRY_POINT_GROUP = 'async_rl_ros.tasks'
@@ -102,9 +102,3 @@ def resolve_task(cfg: EnvWorkerConfig) -> tuple[Task, TaskSpec]:
     task = get_task(cfg.task.name)
     task.check(cfg)
     return task, task.spec(cfg)
-
-
-def make_env(cfg: EnvWorkerConfig, *, gate: Any = None, render_mode: str | None = None) -> Any:
-    """Build one environment of ``cfg.task.name`` (checked first; see :func:`resolve_task`)."""
-    task, _ = resolve_task(cfg)
-    return task.make_env(cfg, gate=gate, render_mode=render_mode)
