@@ -33,21 +33,17 @@ import time
 from typing import Any
 
 from async_rl_ros.envs.rtde_link import LinkLost
-from async_rl_ros.envs.rtde_supervisor import (classify, NeedsPerson, ROBOT_MODE_RUNNING,
-                                               ROBOT_MODES, RUNTIME_PLAYING, SAFETY_BITS,
-                                               Verdict)
+from async_rl_ros.envs.rtde_supervisor import (classify, HALT_MASK, NeedsPerson,
+                                               ROBOT_MODE_RUNNING, ROBOT_MODES, RUNTIME_PLAYING,
+                                               SAFETY_BITS, Verdict)
 
-__all__ = ['Stopping', 'HALT_MASK', 'STOP_SPACING']
+__all__ = ['Stopping', 'STOP_SPACING', 'stop_in_effect']
 
 _LOG = logging.getLogger('async_rl_ros.envs.ur5_rtde')
 #: Controller cycles waited after each refused stop before the state is judged again.
 STOP_SPACING = (4, 16, 64)
 _STOP_CONFIRM = 0.5     # s: wait for the program to end after stopScript
 _STOP_ATTEMPTS = 3      # stopScript attempts of a halt
-#: Safety status bits under which no motion command is sent (a safety stop of any kind).
-HALT_MASK = sum(1 << SAFETY_BITS[name] for name in (
-    'protective_stopped', 'safeguard_stopped', 'system_emergency_stopped',
-    'robot_emergency_stopped', 'emergency_stopped', 'violation', 'fault'))
 
 
 def stop_in_effect(sample: tuple) -> str:

@@ -41,8 +41,8 @@ from async_rl_ros.core.config import RTDEConfig
 from async_rl_ros.core.errors import NeedsPerson
 
 __all__ = ['Verdict', 'NeedsPerson', 'classify', 'ProtectiveStopLog', 'backoff', 'StateClock',
-           'PolicyGate', 'SAFETY_BITS', 'RUNTIME_PLAYING', 'ROBOT_MODES', 'ROBOT_MODE_RUNNING',
-           'INTERRUPTION_KINDS']
+           'PolicyGate', 'SAFETY_BITS', 'HALT_MASK', 'RUNTIME_PLAYING', 'ROBOT_MODES',
+           'ROBOT_MODE_RUNNING', 'INTERRUPTION_KINDS']
 
 #: ``safety_status_bits`` of a UR controller (RTDE output), bit index by meaning.
 SAFETY_BITS = {'normal': 0, 'reduced': 1, 'protective_stopped': 2, 'recovery': 3,
@@ -62,6 +62,9 @@ INTERRUPTION_KINDS = ('stale data', 'protective stop', 'program stopped', 'lost 
                       'policy gate', 'command refused')
 _HALT_BITS = ('system_emergency_stopped', 'robot_emergency_stopped', 'emergency_stopped',
               'violation', 'fault', 'safeguard_stopped')
+#: Safety status bits under which no motion command is sent: the halts above and a protective
+#: stop (which :func:`classify` lets the backend recover from).
+HALT_MASK = sum(1 << SAFETY_BITS[name] for name in (*_HALT_BITS, 'protective_stopped'))
 
 
 class Verdict(enum.Enum):

@@ -66,9 +66,9 @@ from async_rl_ros.envs.rtde_link import ClientProcess, LinkLost
 from async_rl_ros.envs.rtde_moves import floats as _floats, Moves
 from async_rl_ros.envs.rtde_recovery import (BackendInterrupted, Cause, controller_major,
                                              Recovery)
-from async_rl_ros.envs.rtde_stop import HALT_MASK, Stopping
-from async_rl_ros.envs.rtde_supervisor import (NeedsPerson, PolicyGate, ProtectiveStopLog,
-                                               StateClock, Verdict)
+from async_rl_ros.envs.rtde_stop import Stopping
+from async_rl_ros.envs.rtde_supervisor import (HALT_MASK, NeedsPerson, PolicyGate,
+                                               ProtectiveStopLog, StateClock, Verdict)
 from async_rl_ros.envs.safety import SafetyFilter
 import numpy as np
 
