@@ -174,12 +174,16 @@ class TaskSpec:
         return layout_slices(self.act_layout)
 
     def describe(self) -> dict[str, Any]:
-        """Return the spec's facts for ``summary.json`` and the run table."""
-        return {'task': self.name, 'obs_dim': self.obs_dim, 'act_dim': self.act_dim,
-                'obs_layout': {n: int(w) for n, w in self.obs_layout},
-                'act_layout': {n: int(w) for n, w in self.act_layout},
-                'hindsight_relabeling': self.goal is not None,
-                'safety_filter': self.real_arm}
+        """Return the spec's facts for ``summary.json`` and the run table (every driver's)."""
+        facts = {'task': self.name, 'obs_dim': self.obs_dim, 'act_dim': self.act_dim,
+                 'obs_layout': {n: int(w) for n, w in self.obs_layout},
+                 'act_layout': {n: int(w) for n, w in self.act_layout},
+                 'hindsight_relabeling': self.goal is not None,
+                 'safety_filter': self.real_arm}
+        if not self.real_arm:
+            facts['note'] = ('simulation only: this task has no safety filter and never runs '
+                             'on a physical arm')
+        return facts
 
 
 @runtime_checkable

@@ -148,9 +148,6 @@ class LocalRun:
     def finish(self, extra: dict[str, Any]) -> tuple[RunResult, EpisodeStats]:
         """Score the last policy, export the best, evaluate it on held-out episodes."""
         extra = {'mode': self.mode, **self.spec.describe(), **extra}
-        if not self.spec.real_arm:
-            extra['note'] = ('simulation only: this task has no safety filter and never runs '
-                             'on a physical arm')
         extra.update(self.source.summary())  # workers, weights received
         run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
                          evaluate=final_evaluation(self.eval_env, self.cfg, self.spec.rank),
