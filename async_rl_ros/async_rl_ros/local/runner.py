@@ -23,7 +23,8 @@ The local transport: env-worker processes on this machine, no ROS.
 
 Modes: ``async`` -- workers never wait for the learner; the learner trains whenever it has
 data; ``sync`` -- the same components in lockstep (every worker sends one batch, then waits
-while the learner updates and publishes), the baseline of the design write-up's comparison.
+while the learner updates and publishes, and acts on only once it holds the policy of the new
+round), the baseline of the design write-up's comparison.
 
 Async rate limit: simulated workers step ~100x faster than a CPU learner updates. Workers
 may run ``learner.rate_limit_slack`` transitions ahead of what the learner can use at
@@ -63,6 +64,7 @@ __all__ = ['LocalTransport', 'default_num_workers']
 _LOG = logging.getLogger(__name__)
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
 SYNC_ROUND_TIMEOUT_S = 5.0  # s a sync round waits for missing workers
+SYNC_POLICY_WAIT_S = 4 * SYNC_ROUND_TIMEOUT_S  # s a sync worker waits for its round's policy
 UNLIMITED = 2**62           # allowance of free-running workers
 READ_IDLE_S = 0.001         # s the reader sleeps when no worker queue had a batch
 
@@ -84,6 +86,7 @@ class _Shared:
     stop: Any           # Value: non-zero stops every worker (lock-free: a killed worker
     #                     cannot leave a lock or an Event's condition behind)
     round: Any  # noqa: A003 -- Value: lockstep round counter (sync; one writer)
+    round_version: Any  # Value: the policy version the workers of a round act with (sync)
     produced: Any       # Array: transitions each worker queued (one writer per slot)
     allowance: Any      # Value: transitions all workers may have queued
     beat: Any           # Value: the learner's heartbeat (its update count)
@@ -125,6 +128,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
             while shared.round.value <= state['round'] and not shared.stop.value:
                 time.sleep(0.0005)
             state['round'] = shared.round.value
+            _await_round_policy(shared, runtime, receiver)
         return True
 
     def poll() -> PolicyState | None:
@@ -148,6 +152,27 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     finally:
         receiver.close()
         built.env.close()
+
+
+def _await_round_policy(shared: _Shared, runtime: Any, receiver: Any) -> None:
+    """
+    Lockstep: install the policy of the round just released before acting on.
+
+    The weights travel through the shard processes, which a busy machine can hold back for
+    rounds (a shard process working through a backlog of commits); without this wait a sync
+    worker would act with a policy many versions old. A round whose policy does not arrive
+    within :data:`SYNC_POLICY_WAIT_S` (a shard being respawned) is acted on with the last
+    policy held, and shows as policy lag.
+    """
+    wanted = shared.round_version.value
+    deadline = time.monotonic() + SYNC_POLICY_WAIT_S
+    while (runtime.worker.policy.version < wanted and not shared.stop.value
+           and time.monotonic() < deadline):
+        policy = runtime.receive(receiver)
+        if policy is None:
+            time.sleep(0.0005)
+        elif not runtime.install(policy):
+            return  # weights that do not fit: counted by install, the worker acts on
 
 
 @dataclasses.dataclass
@@ -180,6 +205,7 @@ class LocalTransport:
         self.shared = _Shared(
             stop=self._ctx.Value('b', 0, lock=False),
             round=self._ctx.Value('q', 0, lock=False),
+            round_version=self._ctx.Value('q', -1, lock=False),
             produced=self._ctx.Array('q', self.num_workers, lock=False),
             allowance=self._ctx.Value('q', UNLIMITED, lock=False),
             beat=self._ctx.Value('q', 0, lock=False),
@@ -287,6 +313,8 @@ class LocalTransport:
         """
         if not self.blocking:
             return self._received(self.buffer.take())
+        # The round's policy first: a worker released by the round reads it next.
+        self.shared.round_version.value = self.weights.version
         self.shared.round.value += 1  # the only writer
         out: list = []
         start = time.monotonic()
