@@ -117,6 +117,38 @@ def test_bad_values_name_the_key_and_what_is_allowed(tmp_path, text, key, allowe
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize('section, hint', [
+    ('lerner', "did you mean 'learner'?"),
+    ('env_wroker', "did you mean 'env_worker'?"),
+    ('trainer', "node sections: env_worker, learner, local_runner, ros_transport, '/**'"),
+])
+def test_a_section_that_names_no_node_is_refused_with_a_suggestion(tmp_path, section, hint):
+    """A misspelled node would otherwise run on defaults without a word."""
+    path = write(tmp_path, f'{section}:\n  ros__parameters:\n    total_env_steps: 100\n')
+    for node, cls in (('env_worker', EnvWorkerConfig), ('learner', LearnerConfig)):
+        with pytest.raises(ConfigError) as info:
+            load_node_config(path, node, cls)
+        assert info.value.value == section and hint in str(info.value)
+
+
+@pytest.mark.parametrize('key, hint', [
+    # a group that exists answers from that group, never from a close name elsewhere
+    ('sac.learning_rate', "keys under 'learner.sac.': actor_lr, alpha_lr"),
+    ('sac.actor_lrr', "did you mean 'learner.sac.actor_lr'?"),
+    ('learning_strats', "did you mean 'learner.learning_starts'?"),
+    ('sak.gamma', "did you mean 'learner.sac.gamma'?"),
+])
+def test_unknown_keys_get_suggestions_from_their_own_group_first(tmp_path, key, hint):
+    group, _, name = key.rpartition('.')
+    body = f'{group}:\n      {name}: 1\n' if group else f'{name}: 1\n'
+    path = write(tmp_path, 'learner:\n  ros__parameters:\n    ' + body)
+    with pytest.raises(ConfigError) as info:
+        load_node_config(path, 'learner', LearnerConfig)
+    assert info.value.key == f'learner.{key}'
+    assert hint in str(info.value)
+    assert 'learning_starts' not in str(info.value) or key == 'learning_strats'
+
+
 @pytest.mark.parametrize('text', ['[1, 2]', 'env_worker: 3',
                                   'env_worker: {parameters: {seed: 1}}', 'a: [b'])
 def test_malformed_files_are_refused(tmp_path, text):

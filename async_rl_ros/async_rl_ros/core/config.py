@@ -18,14 +18,19 @@ Typed configuration: the single source of truth for every tunable of the project
 One section (a dataclass built with :func:`~async_rl_ros.core.options.option`) per component,
 declared in :mod:`async_rl_ros.core.sections` along the data path (``env``, ``learning``,
 ``transport``) and re-exported here, where users import configuration from;
-``NODE_SECTIONS`` maps each node name of the parameter files in ``config/`` to its section.
+``NODE_SECTIONS`` maps each node name of the parameter files in ``config/`` to its section,
+and :func:`load_node_config` here refuses a file section that names no node of it.
 ``python -m async_rl_ros.core.config`` prints ``docs/parameters.md``.
 """
 
 from __future__ import annotations
 
-from async_rl_ros.core.options import (ConfigError, load_node_config, load_yaml_parameters,
-                                       option, OptionInfo, parameters_markdown, Section)
+from pathlib import Path
+from typing import Any, Mapping
+
+from async_rl_ros.core import options
+from async_rl_ros.core.options import (ConfigError, load_yaml_parameters, option, OptionInfo,
+                                       parameters_markdown, Section)
 from async_rl_ros.core.sections.env import (EnvWorkerConfig, RTDEConfig, SafetyConfig,
                                             SimConfig, TaskConfig)
 from async_rl_ros.core.sections.learning import (BatchSizerConfig, CheckpointConfig,
@@ -69,6 +74,19 @@ NODE_SECTIONS: dict[str, type[Section]] = {
     'local_runner': LocalRunnerConfig,
     'ros_transport': RosTransportConfig,
 }
+
+
+
+def load_node_config(path: str | Path | None, node: str, cls: type[Section],
+                     overrides: Mapping[str, Any] | None = None) -> Section:
+    """
+    Load the section of ``node`` from a parameter file whose sections all name known nodes.
+
+    :func:`async_rl_ros.core.options.load_node_config` with ``known_nodes`` set to
+    :data:`NODE_SECTIONS`: a misspelled section (``lerner:``) is refused with a suggestion.
+    """
+    return options.load_node_config(path, node, cls, overrides, known_nodes=NODE_SECTIONS)
+
 
 if __name__ == '__main__':
     print(parameters_markdown(NODE_SECTIONS), end='')

@@ -37,7 +37,7 @@ import difflib
 import math
 from pathlib import Path
 import typing
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import yaml
 
@@ -123,14 +123,24 @@ def _is_section_type(tp: Any) -> bool:
 
 
 def _unknown_key_hint(key: str, known: set[str], prefix: str) -> str:
-    """Suggest the closest key, else the keys of the same group (a short line, not all)."""
+    """
+    Suggest the closest key of the same group first, else list that group; then any key.
+
+    ``sac.learning_rate`` names a group that exists: the answer comes from ``sac.*`` (its
+    keys, as no name there is close), never from a close name elsewhere such as
+    ``learning_starts``.
+    """
+    group = key.rsplit('.', 1)[0] + '.' if '.' in key else ''
+    if group:
+        names = sorted(k[len(group):] for k in known if k.startswith(group))
+        if names:
+            close = difflib.get_close_matches(key[len(group):], names, n=1)
+            if close:
+                return f'did you mean {prefix + group + close[0]!r}?'
+            return f'keys under {prefix + group!r}: ' + ', '.join(names)
     close = difflib.get_close_matches(key, sorted(known), n=1)
     if close:
         return f'did you mean {prefix + close[0]!r}?'
-    group = key.rsplit('.', 1)[0] + '.' if '.' in key else ''
-    names = sorted(k[len(group):] for k in known if group and k.startswith(group))
-    if names:
-        return f'keys under {prefix + group!r}: ' + ', '.join(names)
     tops = sorted({k.split('.', 1)[0] + ('.*' if '.' in k else '') for k in known})
     return f'keys here: {", ".join(tops)} (every key: docs/parameters.md)'
 
@@ -279,12 +289,17 @@ def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
     return out
 
 
-def load_yaml_parameters(path: str | Path) -> dict[str, dict[str, Any]]:
+def load_yaml_parameters(path: str | Path, known_nodes: Iterable[str] | None = None
+                         ) -> dict[str, dict[str, Any]]:
     """
     Read a ROS 2 parameter file into ``{node_name: {dotted_key: value}}``.
 
     The file must have the ``node_name: {ros__parameters: {...}}`` layout that
     ``ros2 run ... --params-file`` accepts; nested mappings are flattened with dots.
+
+    :param path: the file.
+    :param known_nodes: the node names the file may hold (``/**`` is always allowed); a
+        misspelled section (``lerner:``) would otherwise leave its node on defaults unnoticed.
     """
     source = str(path)
     try:
@@ -315,12 +330,27 @@ def load_yaml_parameters(path: str | Path) -> dict[str, dict[str, Any]]:
         if not isinstance(params, Mapping):
             raise ConfigError(f'{node}.ros__parameters', params, 'a mapping of parameters',
                               source)
-        nodes[str(node).lstrip('/')] = _flatten(params)
+        name = str(node).lstrip('/')
+        if known_nodes is not None:
+            _check_node_name(name, known_nodes, source)
+        nodes[name] = _flatten(params)
     return nodes
 
 
+def _check_node_name(name: str, known_nodes: Iterable[str], source: str) -> None:
+    """Refuse a node section nobody reads, suggesting the closest node name."""
+    allowed = sorted(known_nodes)
+    if name in allowed or name == _WILDCARD.lstrip('/'):
+        return
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f'did you mean {close[0]!r}? ' if close else ''
+    raise ConfigError('<node section>', name, f'{hint}node sections: {", ".join(allowed)}, '
+                      f'{_WILDCARD!r}', source)
+
+
 def load_node_config(path: str | Path | None, node: str, cls: type[Section],
-                     overrides: Mapping[str, Any] | None = None) -> Section:
+                     overrides: Mapping[str, Any] | None = None,
+                     known_nodes: Iterable[str] | None = None) -> Section:
     """
     Load the section of ``node`` from a parameter file, merged over ``/**`` defaults.
 
@@ -328,11 +358,12 @@ def load_node_config(path: str | Path | None, node: str, cls: type[Section],
     :param node: node name whose ``ros__parameters`` apply (e.g. ``env_worker``).
     :param cls: the :class:`Section` subclass to build.
     :param overrides: dotted keys that win over the file (command-line settings).
+    :param known_nodes: every node name the file may hold (see :func:`load_yaml_parameters`).
     """
     values: dict[str, Any] = {}
     source = str(path) if path is not None else None
     if path is not None:
-        nodes = load_yaml_parameters(path)
+        nodes = load_yaml_parameters(path, known_nodes)
         wildcard = nodes.get(_WILDCARD.lstrip('/'), {})
         known = {name for name, *_ in cls.options()}
         # Wildcard parameters are shared by every node: keep the ones this node knows.
