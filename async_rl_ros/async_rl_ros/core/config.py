@@ -76,7 +76,6 @@ NODE_SECTIONS: dict[str, type[Section]] = {
 }
 
 
-
 def load_node_config(path: str | Path | None, node: str, cls: type[Section],
                      overrides: Mapping[str, Any] | None = None) -> Section:
     """
