@@ -62,6 +62,7 @@ TINY = ['--set', 'learner.sac.hidden_sizes=[32, 32]', '--set', 'learner.batch.in
         '--set', 'learner.replay.capacity=20000', '--set', 'local_runner.stats_interval_s=0.2',
         '--episodes', '2']
 HUGE_BUDGET = '100000000'
+EXIT_GOAL_S = 10.0  # s from a stop signal to exit: what docker stop allows before SIGKILL
 
 
 @dataclasses.dataclass
@@ -72,6 +73,7 @@ class Outcome:
     detail: str
     orphans: int = 0    # processes that outlived the trainer
     lost: bool = False  # a stopped run without final checkpoint and policy
+    figures: dict = dataclasses.field(default_factory=dict)  # measured, for the JSON line
 
 
 class Run:
@@ -196,27 +198,35 @@ def _resume_without_replay(run: Run) -> Outcome:
 
 
 def _signal_run(run: Run, signum: int, expect: int, pipe: bool) -> Outcome:
+    # The shipped number of held-out episodes: what a stop signal must not wait for.
+    from async_rl_ros.core.config import LearnerConfig
+    args = ['--steps', HUGE_BUDGET, '--workers', run.workers,
+            '--episodes', str(LearnerConfig().final_eval_episodes)]
     if pipe:  # async-rl-train 2>&1 | tee log; Ctrl-C ends tee before the trainer
         read_fd, write_fd = os.pipe()
-        proc = run.cli('--steps', HUGE_BUDGET, '--workers', run.workers, stdout=write_fd,
-                       stderr=subprocess.STDOUT)
+        proc = run.cli(*args, stdout=write_fd, stderr=subprocess.STDOUT)
         os.close(write_fd)
         lines = os.fdopen(read_fd, 'r')
     else:
-        proc = run.cli('--steps', HUGE_BUDGET, '--workers', run.workers)
+        proc = run.cli(*args)
         lines = proc.stderr
     children = run.wait_training(proc, lines, children=2)
     since = time.time() - 1.0
     if pipe:
         lines.close()
+    signalled = time.monotonic()
     proc.send_signal(signum)
     rc, _, err = run.finish(proc, timeout=120)
+    exit_s = time.monotonic() - signalled
     saved = run.saved(since)
     orphans = run.orphans(children)
-    ok = rc == expect and saved and not orphans and 'Traceback' not in err
-    return Outcome(ok, f'exit {rc} (want {expect}), final checkpoint and policy '
+    ok = (rc == expect and saved and not orphans and 'Traceback' not in err
+          and exit_s <= EXIT_GOAL_S)
+    name = signal.Signals(signum).name.lower()
+    return Outcome(ok, f'exit {rc} (want {expect}) {exit_s:.1f} s after the signal (goal '
+                   f'<= {EXIT_GOAL_S:.0f}), final checkpoint and policy '
                    f'{"written" if saved else "MISSING"}, {orphans} orphans',
-                   orphans=orphans, lost=not saved)
+                   orphans=orphans, lost=not saved, figures={f'{name}_exit_s': round(exit_s, 2)})
 
 
 @scenario('sigint-dead-pipe', 'Ctrl-C after the reader of stdout/stderr (tee) is gone')
@@ -323,6 +333,7 @@ def main() -> None:
     sys.path.insert(0, str(PACKAGE))
     names = args.only or list(SCENARIOS)
     passed = orphans = lost = 0
+    figures: dict = {}
     for name in names:
         doc, fn = SCENARIOS[name]
         start = time.monotonic()
@@ -334,10 +345,11 @@ def main() -> None:
         passed += outcome.passed
         orphans += outcome.orphans
         lost += outcome.lost
+        figures.update(outcome.figures)
         print(f'[{"PASS" if outcome.passed else "FAIL"}] {name} ({doc}; '
               f'{time.monotonic() - start:.0f} s): {outcome.detail}', flush=True)
     print(json.dumps({'scenarios': len(names), 'passed': passed, 'orphans_left': orphans,
-                      'runs_lost': lost}))
+                      'runs_lost': lost, **figures}))
 
 
 if __name__ == '__main__':

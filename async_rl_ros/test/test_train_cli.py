@@ -19,6 +19,7 @@ However the run ends: finished, SIGINT or SIGTERM (through a pipe whose reader i
 a diverged training; SIGKILL leaves no worker process behind; bad input is one line, exit 2.
 """
 
+import json
 import os
 import pathlib
 import re
@@ -164,6 +165,11 @@ def test_sigterm_saves_everything_exits_143_and_stops_the_workers(tmp_path):
     assert re.search(r'^outcome\s+stopped by SIGTERM$', out, re.MULTILINE), out
     assert_saved(tmp_path)
     assert_gone(children)
+    # A service manager kills what is still there after 10 s: no held-out judgement then.
+    summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+    assert summary['final_evaluation'] == 'skipped: stopped by SIGTERM'
+    assert 'eval_success_rate' not in summary
+    assert re.search(r'^held-out evaluation\s+skipped: stopped by SIGTERM$', out, re.MULTILINE)
 
 
 @posix

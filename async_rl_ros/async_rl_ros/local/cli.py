@@ -108,7 +108,10 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
         rows.append(('exported policy', f"version {s['exported_policy_version']} (evaluated "
                      f"{100 * s['exported_policy_success_rate']:.0f} % at "
                      f"{s['exported_policy_env_steps']} env steps)"))
-    rows += [(f'held-out {name}', value) for name, value in evaluation.rows(rate=False)]
+    if 'final_evaluation' in s:  # skipped after a stop signal
+        rows.append(('held-out evaluation', s['final_evaluation']))
+    else:
+        rows += [(f'held-out {name}', value) for name, value in evaluation.rows(rate=False)]
     if 'last_policy_success_rate' in s:
         rows.append(('last policy success rate',
                      f"{100 * s['last_policy_success_rate']:.1f} % (evaluator's episodes)"))

@@ -145,13 +145,19 @@ class LocalRun:
         while self._stoppers:
             self._stoppers.pop(0)()
 
-    def finish(self, extra: dict[str, Any]) -> tuple[RunResult, EpisodeStats]:
-        """Score the last policy, export the best, evaluate it on held-out episodes."""
+    def finish(self, extra: dict[str, Any], skip_evaluation: str = ''
+               ) -> tuple[RunResult, EpisodeStats]:
+        """
+        Score the last policy, export the best, evaluate it on held-out episodes.
+
+        :param extra: more summary entries.
+        :param skip_evaluation: why the final evaluation is skipped (see ``finish_run``).
+        """
         extra = {'mode': self.mode, **self.spec.describe(), **extra}
         extra.update(self.source.summary())  # workers, weights received
         run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
                          evaluate=final_evaluation(self.eval_env, self.cfg, self.spec.rank),
-                         extra=extra, rank=self.spec.rank)
+                         extra=extra, rank=self.spec.rank, skip_evaluation=skip_evaluation)
         return run, run.evaluation or EpisodeStats()
 
     def close(self) -> None:
@@ -200,11 +206,13 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
                 with flag.contain(lambda exc: restore_last_good(learner, flag)):
                     run.run(should_stop=flag)
                 interrupted = flag.requested or flag.failure is not None
+                # A stop signal wants the process gone within seconds (docker stop: 10 s).
+                signalled = (flag.reason or '') if flag.signum else ''
         finally:
             bar.close()
         result, evaluation = run.finish(
             {'interrupted': interrupted,
-             'seconds_training': round(time.perf_counter() - start, 3)})
+             'seconds_training': round(time.perf_counter() - start, 3)}, signalled)
     finally:
         run.close()
     return TrainResult(run=result, evaluation=evaluation, interrupted=interrupted)

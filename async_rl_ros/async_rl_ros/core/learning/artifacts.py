@@ -103,7 +103,7 @@ def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:
 def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
                evaluate: Callable[[PolicyState, bool], EpisodeStats] | None = None,
                extra: Mapping[str, Any] | None = None,
-               rank: RankMetric = FINAL_DISTANCE) -> RunResult:
+               rank: RankMetric = FINAL_DISTANCE, skip_evaluation: str = '') -> RunResult:
     """
     Write the final checkpoint, ``policy.pt``, the learning curve and ``summary.json``.
 
@@ -119,9 +119,14 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
         evaluator's seeds or on held-out ones; ``None``: no final evaluation (ROS learner).
     :param extra: more summary entries (transport figures, the mode, interruptions ...).
     :param rank: the task's rank metric, the learning curve's third panel.
+    :param skip_evaluation: why the final evaluation is skipped (a stop signal: the process
+        must be gone within seconds, and a hundred episodes take a minute), said in the
+        summary as ``final_evaluation``; the best policy scored during the run is exported.
     """
     learner = loop.learner
     checkpoint = learner.save_checkpoint()
+    if skip_evaluation:
+        evaluate = None
     current = learner.policy_state(evaluated=True)
     last = None
     if evaluate is not None and current is not None:
@@ -135,6 +140,8 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     summary: dict[str, Any] = dict(loop.totals())
     if held_out is not None:
         summary.update(evaluation_summary(held_out))
+    if skip_evaluation:
+        summary['final_evaluation'] = f'skipped: {skip_evaluation}'
     if last is not None:
         summary['last_policy_success_rate'] = last.success_rate
     if best is not None:
