@@ -15,19 +15,21 @@
 """
 Atomic learner checkpoints: a crash at any instant leaves only complete checkpoints.
 
-:meth:`CheckpointManager.save` writes ``torch.save(state)`` to a hidden temporary file in the
-checkpoint directory (``.ckpt_<step>.pt.<pid>.<token>.tmp``), flushes and fsyncs it,
-renames it over the final name ``ckpt_<step, 9 digits>.pt`` with :func:`os.replace` (atomic
-on POSIX within one file system), fsyncs the directory so the rename itself is durable,
-and prunes to the newest ``keep_last``. A writer killed mid-save leaves only a temporary file,
-which :meth:`~CheckpointManager.list` ignores and the next save deletes (once its writer's
-process is gone).
+:meth:`CheckpointManager.save` writes ``torch.save(state)`` followed by a checksum record
+(SHA-256 of the content, see :mod:`~async_rl_ros.core.learning.ckpt_digest`) to a hidden
+temporary file in the checkpoint directory (``.ckpt_<step>.pt.<pid>.<token>.tmp``), flushes
+and fsyncs it, renames it over the final name ``ckpt_<step, 9 digits>.pt`` with
+:func:`os.replace` (atomic on POSIX within one file system), fsyncs the directory so the rename
+itself is durable, and prunes to the newest ``keep_last``. A writer killed mid-save leaves
+only a temporary file, which :meth:`~CheckpointManager.list` ignores and the next save deletes
+(once its writer's process is gone).
 
 What a learner checkpoint holds (a flat ``dict``; the learner builds it):
 
 * ``state_dict()`` of the networks (actor, critics, target critics) and of the optimizers,
   the temperature ``log_alpha``, the observation-normalizer statistics, the counters;
-* ``rng``: :func:`capture_rng_state` (python ``random``, numpy, torch, CUDA);
+* ``rng``: :func:`capture_rng_state` (python ``random``, numpy, torch, CUDA; see
+  :mod:`~async_rl_ros.core.learning.rng_state`);
 * ``config``: the configuration as a flat dict (``Section.to_flat()``);
 * ``replay_buffer`` (optional, ``save(..., replay_buffer=buf)``): the buffer's
   ``state_dict()`` packed by :func:`pack_replay_buffer` -- its numpy arrays compressed with
@@ -40,9 +42,12 @@ What a learner checkpoint holds (a flat ``dict``; the learner builds it):
 Resuming (``--resume``) goes through :mod:`async_rl_ros.core.learning.resume`, which says in
 one line what is wrong with a missing, corrupt or incompatible checkpoint.
 
-Loading uses ``torch.load(weights_only=True)`` with numpy arrays allowed, so a checkpoint can
-hold tensors, numpy arrays, bytes and Python primitives (no arbitrary classes), and loading one
-cannot run code.
+Loading first checks the file against its checksum (a file changed or damaged after it was
+written -- one flipped bit, zeroed or cut short -- is refused with a plain-words reason before
+anything is unpickled), then uses ``torch.load(weights_only=True)`` with numpy arrays allowed,
+so a checkpoint can hold tensors, numpy arrays, bytes and Python primitives (no arbitrary
+classes), and loading one cannot run code. Checkpoints from before the checksum are loaded
+with a warning (why: :mod:`~async_rl_ros.core.learning.ckpt_digest`).
 """
 
 from __future__ import annotations
@@ -51,7 +56,6 @@ import io
 import logging
 import os
 from pathlib import Path
-import random
 import re
 import secrets
 import threading
@@ -59,6 +63,8 @@ import time
 from typing import Any, Mapping, Protocol
 
 from async_rl_ros.core.config import CheckpointConfig
+from async_rl_ros.core.learning.ckpt_digest import DigestError, read_verified, trailer
+from async_rl_ros.core.learning.rng_state import capture_rng_state, restore_rng_state
 import numpy as np
 import torch
 
@@ -88,59 +94,6 @@ class ReplayStateful(Protocol):
 
         :returns: nested dicts/lists of numpy arrays, numbers, strings (no object arrays).
         """
-
-
-# ====================================================================== RNG state
-def capture_rng_state(generators: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """
-    Capture the global random states of python, numpy and torch (and CUDA, when available).
-
-    :param generators: extra named ``numpy.random.Generator`` or ``torch.Generator`` objects
-        (e.g. the replay buffer's sampler).
-    :returns: a dict for the checkpoint; give it to :func:`restore_rng_state`.
-    """
-    state: dict[str, Any] = {
-        'python': random.getstate(),
-        'numpy': np.random.get_state(),
-        'torch': torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state['cuda'] = torch.cuda.get_rng_state_all()
-    if generators:
-        extra = {}
-        for name, gen in generators.items():
-            if isinstance(gen, torch.Generator):
-                extra[name] = gen.get_state()
-            else:
-                extra[name] = gen.bit_generator.state
-        state['generators'] = extra
-    return state
-
-
-def restore_rng_state(state: Mapping[str, Any],
-                      generators: Mapping[str, Any] | None = None) -> None:
-    """
-    Restore random states captured by :func:`capture_rng_state`.
-
-    :param state: the captured dict (possibly loaded from a checkpoint).
-    :param generators: the same named generators that were captured; each gets its state back.
-    """
-    version, internal, gauss = state['python']
-    random.setstate((version, tuple(internal), gauss))
-    np.random.set_state(state['numpy'])
-    torch.set_rng_state(torch.as_tensor(state['torch'], dtype=torch.uint8).cpu())
-    if 'cuda' in state and torch.cuda.is_available():
-        cuda = list(state['cuda'])[:torch.cuda.device_count()]
-        for device, cuda_state in enumerate(cuda):
-            torch.cuda.set_rng_state(cuda_state.cpu(), device)
-    saved = state.get('generators', {})
-    for name, gen in (generators or {}).items():
-        if name not in saved:
-            raise KeyError(f'no saved random state for generator {name!r}')
-        if isinstance(gen, torch.Generator):
-            gen.set_state(saved[name].cpu())
-        else:
-            gen.bit_generator.state = saved[name]
 
 
 # ====================================================================== replay buffer
@@ -318,9 +271,12 @@ class CheckpointManager:
             self._remove_stale_temporaries()
             tmp = self.directory / (f'.{final.name}.{os.getpid()}.'
                                     f'{secrets.token_hex(4)}.tmp')
+            body = io.BytesIO()
+            torch.save(payload, body)
             try:
                 with open(tmp, 'wb') as f:
-                    torch.save(payload, f)
+                    f.write(body.getbuffer())
+                    f.write(trailer(body.getbuffer()))
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, final)
@@ -359,10 +315,13 @@ class CheckpointManager:
         """
         Load a checkpoint: the given one, or the newest one that reads.
 
-        Without ``path``, unreadable checkpoints (which the atomic rename should make
-        impossible) are skipped with a warning and the next older one is tried.
+        The file is checked against its checksum before it is unpickled. Without ``path``,
+        unreadable checkpoints (the atomic rename prevents torn writes, not a disk that changes
+        or loses data later) are skipped with a warning and the next older one is tried.
 
-        :param path: a specific checkpoint; errors are then raised, not skipped.
+        :param path: a specific checkpoint; errors are then raised, not skipped
+            (:class:`~async_rl_ros.core.learning.ckpt_digest.DigestError` for a file that fails
+            its checksum check, with the reason in plain words).
         :param map_location: device the tensors are loaded to.
         :param weights_only: refuse arbitrary pickled classes (numpy arrays are allowed).
         :returns: the saved dict (``'checkpoint'`` holds the step, time and format).
@@ -375,18 +334,25 @@ class CheckpointManager:
             try:
                 return self._load(candidate, map_location, weights_only)
             except Exception as exc:  # any unreadable file: try the next older one
-                _LOG.warning('checkpoint %s is unreadable, skipped: %s: %s', candidate,
-                             type(exc).__name__, str(exc).splitlines()[0] if str(exc) else '')
+                why = str(exc).splitlines()[0] if str(exc) else ''
+                if not isinstance(exc, DigestError):
+                    why = f'{type(exc).__name__}: {why}'
+                _LOG.warning('checkpoint %s is unreadable, skipped: %s', candidate, why)
                 last_error = exc
         raise FileNotFoundError(f'no readable checkpoint in {self.directory}') from last_error
 
     @staticmethod
     def _load(path: Path, map_location: Any, weights_only: bool) -> dict[str, Any]:
+        verified = read_verified(path)  # DigestError before anything is unpickled
+        if not verified.sealed:
+            _LOG.warning('%s was written before checkpoints carried a checksum: it is loaded, '
+                         'but damage to it cannot be detected', path.name)
+        body = io.BytesIO(verified.body)
         if weights_only:
             with torch.serialization.safe_globals(_numpy_safe_globals()):
-                state = torch.load(path, map_location=map_location, weights_only=True)
+                state = torch.load(body, map_location=map_location, weights_only=True)
         else:
-            state = torch.load(path, map_location=map_location, weights_only=False)
+            state = torch.load(body, map_location=map_location, weights_only=False)
         if not isinstance(state, dict):
             raise TypeError(f'{path} holds a {type(state).__name__}, not a dict')
         return state

@@ -17,23 +17,31 @@ Resuming a learner from its checkpoints, with one clear line for every way it ca
 
 :func:`load_newest` loads the newest usable checkpoint of a
 :class:`~async_rl_ros.core.learning.checkpoint.CheckpointManager` and names the newer ones it
-skipped and why (an empty file, a truncated file, non-finite weights); :func:`resume_learner`
-adds the architecture check (a checkpoint of other ``sac.hidden_sizes`` names the field and
-both values) and restores the learner. Every failure is a :class:`CheckpointError`, which the
-CLI reports as bad input (exit status 2): no checkpoint at all (``--resume`` never silently
-starts afresh), none usable, or one that does not fit.
+skipped and why, in words a user understands: an empty, zeroed or truncated file, a file whose
+content does not match its checksum (changed or damaged after it was written: the check runs
+before anything is unpickled, see :mod:`~async_rl_ros.core.learning.ckpt_digest`), non-finite
+weights, or a state that loads but cannot be restored. :func:`resume_learner` adds the
+architecture check (a checkpoint of other ``sac.hidden_sizes`` names the field and both
+values) and restores the learner with :func:`restore_learner`: all of the state or none of it
+-- a restore that fails part-way puts the learner back as it was, and the next older checkpoint
+is tried. Every failure is a :class:`CheckpointError`, which the CLI reports as bad input
+(exit status 2) in one line: no checkpoint at all (``--resume`` never silently starts afresh),
+none usable, or one that does not fit.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple
 
 from async_rl_ros.core.learning.checkpoint import CheckpointManager
+from async_rl_ros.core.learning.ckpt_digest import DigestError
 import torch
 
-__all__ = ['CheckpointError', 'Resumed', 'load_newest', 'check_finite', 'check_compatible',
-           'resume_learner', 'STRUCTURAL_KEYS']
+__all__ = ['CheckpointError', 'RestoreFailed', 'Resumed', 'load_newest', 'check_finite',
+           'check_compatible', 'restore_learner', 'resume_learner', 'describe_unreadable',
+           'STRUCTURAL_KEYS']
 
 # Learner options that shape the saved tensors: a checkpoint only fits the same values.
 STRUCTURAL_KEYS = ('sac.hidden_sizes',)
@@ -41,6 +49,10 @@ STRUCTURAL_KEYS = ('sac.hidden_sizes',)
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable or does not fit the learner (one-line message)."""
+
+
+class RestoreFailed(CheckpointError):
+    """A checkpoint loaded but could not be restored; the learner is as it was (try older)."""
 
 
 class Resumed(NamedTuple):
@@ -56,7 +68,11 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     if not text:
         return type(exc).__name__
-    return text.splitlines()[0].split('. ')[0].rstrip('.')[:200]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0]
+    if first.endswith(':') and len(lines) > 1:  # 'Error(s) in loading state_dict for X:'
+        first = f'{first} {lines[1]}'
+    return first.split('. ')[0].rstrip('.')[:200]
 
 
 def _show(value: Any) -> str:
@@ -75,6 +91,8 @@ def describe_unreadable(path: Path, exc: BaseException) -> str:
     :param path: the file.
     :param exc: what loading it raised.
     """
+    if isinstance(exc, DigestError):  # its message is written for the user
+        return str(exc)
     try:
         size = path.stat().st_size
     except OSError as err:
@@ -88,7 +106,8 @@ def describe_unreadable(path: Path, exc: BaseException) -> str:
 
 
 def load_newest(manager: CheckpointManager, map_location: Any = 'cpu',
-                check: Callable[[Mapping[str, Any]], None] | None = None) -> Resumed:
+                check: Callable[[Mapping[str, Any]], None] | None = None,
+                use: Callable[[Path, Mapping[str, Any]], None] | None = None) -> Resumed:
     """
     Load the newest usable checkpoint, saying which newer ones were skipped and why.
 
@@ -96,6 +115,9 @@ def load_newest(manager: CheckpointManager, map_location: Any = 'cpu',
     :param map_location: device the tensors are loaded to.
     :param check: raises :class:`CheckpointError` for a state that loads but is unusable
         (e.g. :func:`check_finite`); such a checkpoint is skipped like an unreadable one.
+    :param use: applies a checked state (e.g. restores a learner from it); it raises
+        :class:`RestoreFailed` to have the checkpoint skipped (having undone what it changed),
+        any other :class:`CheckpointError` to stop here (e.g. another architecture).
     :returns: the state, its path and the skipped ``(path, why)`` pairs.
     :raises CheckpointError: when there is no checkpoint or none is usable.
     """
@@ -111,10 +133,17 @@ def load_newest(manager: CheckpointManager, map_location: Any = 'cpu',
                 check(state)
         except CheckpointError as exc:
             skipped.append((candidate, str(exc)))
+            continue
         except Exception as exc:  # noqa: B902 -- any unreadable file: try the next older one
             skipped.append((candidate, describe_unreadable(candidate, exc)))
-        else:
-            return Resumed(state, candidate, skipped)
+            continue
+        if use is not None:
+            try:
+                use(candidate, state)
+            except RestoreFailed as exc:
+                skipped.append((candidate, str(exc)))
+                continue
+        return Resumed(state, candidate, skipped)
     whys = '; '.join(f'{path.name}: {why}' for path, why in skipped)
     raise CheckpointError(f'no usable checkpoint in {manager.directory} ({whys})')
 
@@ -163,23 +192,64 @@ def check_compatible(state: Mapping[str, Any], config: Mapping[str, Any],
                 f'start afresh in another {prefix}checkpoint.directory')
 
 
+def restore_learner(learner: Any, state: Mapping[str, Any], path: Path | str = '') -> None:
+    """
+    Restore ``learner`` from a loaded checkpoint: all of it, or leave the learner as it was.
+
+    The learner's own state (and its replay buffer, when the checkpoint holds one) is copied
+    first; a restore that fails part-way (a key missing, a tensor of another shape, a random
+    state that does not fit ...) is undone from that copy.
+
+    :param learner: has ``state_dict()`` and ``load_state_dict(state)`` (and maybe ``replay``).
+    :param state: the loaded checkpoint.
+    :param path: the checkpoint, for the message.
+    :raises RestoreFailed: the restore failed and was undone.
+    :raises CheckpointError: the restore failed and could not be undone either.
+    """
+    before = copy.deepcopy(learner.state_dict())
+    replay = getattr(learner, 'replay', None)
+    replay_before = (replay.state_dict() if replay is not None
+                     and state.get('replay_buffer') is not None else None)
+    try:
+        learner.load_state_dict(state)
+    except Exception as exc:  # noqa: B902 -- whatever fails, put the learner back
+        why = f'{type(exc).__name__}: {_first_line(exc)}'
+        try:
+            learner.load_state_dict(before)
+            if replay_before is not None:
+                replay.load_state_dict(replay_before)
+        except Exception as undo:  # noqa: B902
+            raise CheckpointError(
+                f'{Path(path).name}: restoring it failed ({why}) and so did putting the learner '
+                f'back ({type(undo).__name__}: {_first_line(undo)}); nothing was resumed'
+            ) from None
+        raise RestoreFailed(f'it loads but cannot be restored into this learner ({why})'
+                            ) from None
+
+
 def resume_learner(learner: Any) -> Resumed:
     """
     Restore a learner from the newest usable checkpoint of its directory (``--resume``).
 
-    Unreadable, empty, truncated and non-finite checkpoints are skipped (listed in
-    :attr:`Resumed.skipped`); a checkpoint of another architecture is an error.
+    Unreadable, empty, zeroed, truncated or damaged (checksum mismatch), non-finite and
+    unrestorable checkpoints are skipped (listed in :attr:`Resumed.skipped`) and the next
+    older one is tried; a checkpoint of another architecture is an error.
 
     :param learner: has ``checkpoints`` (a :class:`CheckpointManager`), ``cfg`` (with
-        ``to_flat()``) and ``load_state_dict(state)``.
+        ``to_flat()``), ``state_dict()`` and ``load_state_dict(state)``.
     :returns: what was loaded.
     :raises CheckpointError: no checkpoint, none usable, or one that does not fit.
     """
-    found = load_newest(learner.checkpoints, check=check_finite)
-    check_compatible(found.state, learner.cfg.to_flat(), path=found.path)
-    try:
-        learner.load_state_dict(found.state)
-    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-        raise CheckpointError(f'{found.path} does not fit this learner '
-                              f'({type(exc).__name__}: {_first_line(exc)})') from None
-    return found
+    config = learner.cfg.to_flat()
+
+    def use(path: Path, state: Mapping[str, Any]) -> None:
+        try:
+            check_compatible(state, config, path=path)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: B902 -- a malformed 'config' entry: skip the file
+            raise RestoreFailed(f'its saved configuration cannot be read '
+                                f'({type(exc).__name__}: {_first_line(exc)})') from None
+        restore_learner(learner, state, path)
+
+    return load_newest(learner.checkpoints, check=check_finite, use=use)
