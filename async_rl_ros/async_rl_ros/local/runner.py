@@ -55,7 +55,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
-from async_rl_ros.core.weights.receiver import weights_summary
+from async_rl_ros.core.weights.receiver import Expectation, weights_summary
 from async_rl_ros.local.lifecycle import check_child_exit, child_entry
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 
@@ -108,7 +108,8 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     torch.set_num_threads(1)
     built = build_worker(EnvWorkerConfig.from_flat(env_flat), worker_id, hidden, batch,
                          restarts)
-    receiver = LocalWeightReceiver(shared.boards, shared.obs_dim)
+    receiver = LocalWeightReceiver(shared.boards, shared.obs_dim,  # its own policy's layout
+                                   Expectation.of_policy(built.worker.policy))
     backend = getattr(built.env.unwrapped, 'backend', None)  # a physical arm reports its own
     state = {'round': shared.round.value, 'beat': -1}
 

@@ -37,6 +37,7 @@ shard process watches its parent and exits when the parent is gone (no orphans).
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import queue
 import signal
@@ -45,6 +46,7 @@ from typing import Any
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.expect import Expectation
 from async_rl_ros.core.weights.receiver import ShardOutlet, WeightReceiver
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardPacket, ShardReplica
 from async_rl_ros.local.weight_board import WeightBoard
@@ -81,7 +83,7 @@ def _shard_main(shard_id: int, num_shards: int, codec_cfg: CodecConfig, commits:
                     replica.apply(ShardPacket.from_bytes(data), serve=False)
                 except CodecError as exc:
                     status[_REJECTED] += 1
-                    if exc.reason in ('base_version', 'version') or replica.version < 0:
+                    if exc.reason in ('base_version', 'version', 'run_id') or replica.version < 0:
                         status[_NEEDS_FULL] = 1
                 else:
                     status[_APPLIED] += 1
@@ -240,17 +242,23 @@ class LocalWeightReceiver(WeightReceiver):
     """
     Worker side of the local path: a :class:`WeightReceiver` on the shards' shared boards.
 
-    Pickles as the board names (a spawned worker re-attaches).
+    Pickles as the board names and what it expects (a spawned worker re-attaches).
 
     :param board_names: :attr:`LocalWeightPath.board_names`.
     :param obs_dim: the observation width the policy must take (not checked when ``None``).
+    :param expect: what the worker expects of a packet, its own policy's layout first
+        (:meth:`Expectation.of_policy`); the shard count is that of the boards.
     """
 
-    def __init__(self, board_names: list[tuple[str, str]], obs_dim: int | None = None):
+    def __init__(self, board_names: list[tuple[str, str]], obs_dim: int | None = None,
+                 expect: Expectation | None = None):
         self.board_names = [tuple(pair) for pair in board_names]
+        expect = expect if expect is not None else Expectation(obs_dim=obs_dim)
+        if expect.num_shards is None:
+            expect = dataclasses.replace(expect, num_shards=len(self.board_names))
         super().__init__([(WeightBoard(latest), WeightBoard(key))
-                          for latest, key in self.board_names], obs_dim)
+                          for latest, key in self.board_names], obs_dim, expect=expect)
 
     def __reduce__(self):
-        """Pickle as the board names."""
-        return (LocalWeightReceiver, (self.board_names, self.obs_dim))
+        """Pickle as the board names and the expectation."""
+        return (LocalWeightReceiver, (self.board_names, self.obs_dim, self.expect))

@@ -221,6 +221,7 @@ def shard_packet_to_msg(sp: ShardPacket, kind: str = 'PolicyWeights', stamp: Any
     msg.base_version = int(packet.base_version)
     msg.shard_id = int(sp.shard_id)
     msg.num_shards = int(sp.num_shards)
+    msg.run_id = int(sp.run_id)
     msg.chunk_size = int(sp.chunk_size)
     layout = []
     for name, shape in sp.layout.items():
@@ -255,7 +256,7 @@ def msg_to_shard_packet(msg: Any) -> ShardPacket:
     packet = WeightPacket(int(msg.version), int(msg.base_version),
                           [msg_to_tensor(t) for t in msg.tensors], extras, int(msg.crc32))
     return ShardPacket(int(msg.shard_id), int(msg.num_shards), int(msg.chunk_size), layout,
-                       packet)
+                       packet, int(msg.run_id))
 
 
 def status_to_receiver_stats(msg: Any) -> dict[str, int]:

@@ -39,7 +39,7 @@ from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, RosTransportConfig
 from async_rl_ros.core.records import PolicyState, TransitionBatch as Batch
-from async_rl_ros.core.weights.receiver import MemoryBoard, WeightReceiver
+from async_rl_ros.core.weights.receiver import Expectation, MemoryBoard, WeightReceiver
 from async_rl_ros.core.workers.runtime import WorkerRuntime
 from async_rl_ros.envs.factory import build_worker, check_config
 from async_rl_ros.ros import qos, topics
@@ -90,9 +90,10 @@ class EnvWorkerNode(ArmNode):
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return False
         self.env = built.env
+        expect = Expectation.of_policy(built.worker.policy, num_shards=len(self.boards))
         self.receiver = WeightReceiver([(a.view(), b.view()) for a, b in self.boards],
                                        built.env.observation_space.shape[0],
-                                       parse=msg_to_shard_packet)
+                                       parse=msg_to_shard_packet, expect=expect)
         self.runtime = WorkerRuntime(built, self._send, self._install_weights,
                                      log=LoggingAdapter(self.get_logger()))
         self.transitions_pub = self.create_publisher(TransitionBatch, topics.TRANSITIONS,

@@ -248,9 +248,12 @@ class WeightDecoder:
     A rejected packet raises :class:`CodecError`, is counted in :attr:`rejected` by reason
     and leaves the state untouched, so the caller keeps acting with its last good policy.
     The decoder keeps the last keyframe (full packet) that deltas apply to.
+
+    :param max_abs: largest magnitude of a decoded weight (``'bounds'``); ``None``: finite.
     """
 
-    def __init__(self):
+    def __init__(self, max_abs: float | None = None):
+        self.max_abs = max_abs
         self.version = -1
         self.key_version = -1
         self.accepted = 0
@@ -369,6 +372,8 @@ class WeightDecoder:
                     value = self._key[t.name] + value
             if not np.isfinite(value).all():
                 raise CodecError('non_finite', f'{t.name} decodes to non-finite values')
+            if self.max_abs is not None and value.size and np.abs(value).max() > self.max_abs:
+                raise CodecError('bounds', f'{t.name} decodes beyond +-{self.max_abs:g}')
             state[t.name] = value
         return state, extras
 

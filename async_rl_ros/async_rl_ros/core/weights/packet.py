@@ -91,7 +91,7 @@ _MAX_ELEMENTS = 2**31 - 1  # largest tensor accepted from the wire (elements)
 
 #: Reasons a packet is rejected for (keys of :attr:`WeightDecoder.rejected`).
 REJECT_REASONS = ('truncated', 'format', 'crc', 'version', 'base_version', 'shape', 'encoding',
-                  'non_finite', 'extras')
+                  'non_finite', 'extras', 'bounds', 'layout', 'shard', 'run_id')
 
 
 class CodecError(ValueError):

@@ -25,6 +25,11 @@ delta on one) and ``keyframe`` (the base of ``latest``). A board is anything wit
 :class:`WeightReceiver` reads the boards as a worker does and assembles its policy;
 :class:`InProcessWeightPath` wires committer, replicas and boards by plain calls
 (single-process training), so every runner sends its workers the same packets.
+
+A receiver is told what its worker expects (an
+:class:`~async_rl_ros.core.weights.expect.Expectation`: its own policy's layout, the shard
+count, bounds) and every packet is checked against it before anything is allocated or changed;
+every packet it does not use is counted, as rejected or ignored, by reason.
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights.codec import CodecError
+from async_rl_ros.core.weights.expect import Expectation
 from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
                                                        ShardPacket, ShardReplica)
 
 __all__ = ['MemoryBoard', 'ShardOutlet', 'WeightReceiver', 'InProcessWeightPath',
-           'weights_summary']
+           'weights_summary', 'Expectation']
 
 
 class MemoryBoard:
@@ -73,10 +79,17 @@ class MemoryBoard:
 
 
 class _BoardView:
-    """One reader's view of a :class:`MemoryBoard`."""
+    """
+    One reader's view of a :class:`MemoryBoard`.
+
+    A packet is new when it is another publication than the last one polled, whatever its
+    version says: a forged version must not hide the packets after it, and a restarted learner
+    publishes lower versions (the receiver judges versions, with the run id).
+    """
 
     def __init__(self, board: MemoryBoard):
         self.board, self.seen_version = board, -1
+        self._seen: tuple[int, Any] | None = None
 
     @property
     def version(self) -> int:
@@ -84,11 +97,11 @@ class _BoardView:
         return self.board.version
 
     def poll(self) -> tuple[int, Any] | None:
-        """Return ``(version, packet)`` if newer than the last one polled, else ``None``."""
+        """Return ``(version, packet)`` if published since the last poll, else ``None``."""
         got = self.board.read()
-        if got is None or got[0] <= self.seen_version:
+        if got is None or got is self._seen:
             return None
-        self.seen_version = got[0]
+        self._seen, self.seen_version = got, got[0]
         return got
 
     def read(self) -> tuple[int, Any] | None:
@@ -148,14 +161,19 @@ class WeightReceiver:
     :param parse: turns what a board holds into a :class:`ShardPacket` (default: serialized
         bytes; a ROS worker's boards hold ``PolicyWeights`` messages), raising
         :class:`CodecError` for what it cannot read.
+    :param expect: what the worker expects of a packet, its own policy's layout first
+        (:meth:`Expectation.of_policy`); default: bounds only, the first layout pinned.
     """
 
     def __init__(self, boards: Sequence[tuple[Any, Any]], obs_dim: int | None = None,
-                 parse: Callable[[Any], ShardPacket] = ShardPacket.from_bytes):
+                 parse: Callable[[Any], ShardPacket] = ShardPacket.from_bytes,
+                 expect: Expectation | None = None):
         self.boards = [tuple(pair) for pair in boards]
         self.obs_dim = obs_dim
         self.parse = parse
-        self.assembler = ShardAssembler(obs_dim)
+        self.expect = expect
+        self.assembler = ShardAssembler(obs_dim, expect)
+        self.ignored: collections.Counter[str] = collections.Counter()  # and the assembler's
         self.bytes_received = 0
         self.bytes_delta = 0  # of bytes_received, in delta packets
         self.full_packets = 0
@@ -179,6 +197,10 @@ class WeightReceiver:
         """Return the shard packets rejected: CRC, versions, shapes, extras, unparsable."""
         return self.assembler.rejected_total + self.unreadable
 
+    def ignored_counts(self) -> collections.Counter[str]:
+        """Return the packets read but not used nor rejected, by reason (``'stale'``, ...)."""
+        return self.ignored + self.assembler.ignored
+
     def rejections(self) -> collections.Counter[str]:
         """Return the packets rejected so far by reason (``'crc'``, ``'version'``, ...)."""
         counts = collections.Counter(self.assembler.rejected)
@@ -200,18 +222,35 @@ class WeightReceiver:
         versions = [latest.version + holds[i] for i, (latest, _) in enumerate(self.boards)]
         order = sorted(range(len(self.boards)), key=lambda i: (-versions[i], not holds[i], i))
         fallback = None
+        floor = min((d.key_version for d in decoders.values()), default=-1)
         for i in order:
             latest, key = self.boards[i]
-            got = latest.poll() if latest.version > self.assembler.version else None
+            got = latest.poll()
+            if got is not None and floor <= got[0] <= self.assembler.version:
+                # a replica's copy or a lagging shard's packet: counted, not parsed (one
+                # below every keyframe held is parsed: a restarted learner's new run)
+                self.ignored['same_version' if got[0] == self.assembler.version
+                             else 'older'] += 1
+                got = None
             packet = None if got is None else self._parse(got[1])
             waiting = self._waiting.pop(i, None)  # a newer packet of the shard replaces it
+            if packet is not None and waiting is not None:
+                self.ignored['superseded'] += 1
             if packet is None:
                 packet = waiting
-                if packet is None or packet.packet.version <= self.assembler.version:
+                if packet is None:
                     continue  # nothing newer than the policy on this board
+                if (packet.packet.version <= self.assembler.version
+                        and packet.run_id == self.assembler.run_id):
+                    self.ignored['stale'] += 1
+                    continue
             if self.assembler.lacks_base(packet):
                 base = key.read()
                 if base is None or base[0] != packet.packet.base_version:
+                    try:
+                        self.assembler.screen(packet)  # a bad one is not held: counted
+                    except CodecError:
+                        continue
                     self._waiting[i] = packet  # its keyframe is still on the way
                     continue
                 self.resyncs += 1
@@ -250,7 +289,9 @@ class WeightReceiver:
     def stats(self) -> dict[str, int]:
         """Return the counters as metrics."""
         return {'weights/version': self.version, 'weights/accepted': self.accepted,
-                'weights/rejected': self.rejected, 'weights/bytes_received': self.bytes_received,
+                'weights/rejected': self.rejected,
+                'weights/ignored': sum(self.ignored_counts().values()),
+                'weights/bytes_received': self.bytes_received,
                 'weights/bytes_delta': self.bytes_delta,
                 'weights/full_packets': self.full_packets,
                 'weights/delta_packets': self.delta_packets, 'weights/resyncs': self.resyncs}
@@ -299,9 +340,18 @@ class InProcessWeightPath:
             self._apply(packet)
         return self.committer.version
 
-    def receiver(self, obs_dim: int | None = None) -> WeightReceiver:
-        """Return a receiver reading this path's boards (its own read positions)."""
-        return WeightReceiver([(a.view(), b.view()) for a, b in self.boards], obs_dim)
+    def receiver(self, obs_dim: int | None = None, expect: Expectation | None = None
+                 ) -> WeightReceiver:
+        """
+        Return a receiver reading this path's boards (its own read positions).
+
+        :param obs_dim: the observation width the policy must take.
+        :param expect: what the worker expects (default: this path's layout and shard count).
+        """
+        if expect is None:
+            expect = Expectation(self.committer.layout, obs_dim, len(self.boards))
+        return WeightReceiver([(a.view(), b.view()) for a, b in self.boards], obs_dim,
+                              expect=expect)
 
     def stats(self) -> dict[str, float]:
         """Return the committer's counters as metrics."""

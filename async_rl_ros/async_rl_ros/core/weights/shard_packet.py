@@ -21,9 +21,12 @@ the model layout the partitions derive from, and a
 :class:`~async_rl_ros.core.weights.codec.WeightPacket`. Its CRC covers the shard fields
 (:meth:`ShardPacket.context`) as well as the packet body, and readers check it before
 anything else, so a corrupt layout changes nothing. :meth:`ShardPacket.to_bytes` is the
-shared-memory form. A partition of a tensor with two or more dimensions that starts and ends
-on row boundaries travels as rows (``(rows, row length)``), so per-channel quantization keeps
-one scale per output row; other partitions travel flat.
+shared-memory form. The shard fields begin with :data:`SHARD_FORMAT` (2: the ``run_id`` the
+committer picked at start, which tells a worker a restarted learner from a forged version;
+format 1 had none) and are checked against what a worker expects by
+:mod:`async_rl_ros.core.weights.expect`. A partition of a tensor with two or more
+dimensions that starts and ends on row boundaries travels as rows (``(rows, row length)``),
+so per-channel quantization keeps one scale per output row; other partitions travel flat.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from async_rl_ros.core.weights.codec import (CodecError, ENCODING_FP32, Quantize
 from async_rl_ros.core.weights.parameter_server import Partition, partition_layout
 import numpy as np
 
-__all__ = ['ShardPacket', 'shard_name', 'chunk_shape', 'fp32_tensor']
+__all__ = ['ShardPacket', 'SHARD_FORMAT', 'shard_name', 'chunk_shape', 'fp32_tensor']
 
-_META = struct.Struct('<IIIH')
+SHARD_FORMAT = 2  #: format of the shard fields (1: without ``run_id``)
+_META = struct.Struct('<HQIIIH')
 _LEN = struct.Struct('<I')
 
 
@@ -75,6 +79,7 @@ class ShardPacket:
     :param packet: version, base version (-1: values), the partitions as tensors named by
         partition key, the normalizer statistics as extras, and the CRC (of :meth:`context`
         and the body).
+    :param run_id: the committer's 64-bit run identity: a learner restart starts a new run.
     """
 
     shard_id: int
@@ -82,6 +87,7 @@ class ShardPacket:
     chunk_size: int
     layout: dict[str, tuple[int, ...]]
     packet: WeightPacket
+    run_id: int = 0
 
     def context(self) -> bytes:
         """
@@ -90,8 +96,8 @@ class ShardPacket:
         :raises CodecError: ``'format'`` if a field cannot be encoded.
         """
         try:
-            parts = [_META.pack(self.shard_id, self.num_shards, self.chunk_size,
-                                len(self.layout))]
+            parts = [_META.pack(SHARD_FORMAT, self.run_id, self.shard_id, self.num_shards,
+                                self.chunk_size, len(self.layout))]
             for name, shape in self.layout.items():
                 raw = name.encode('utf-8')
                 parts += [struct.pack('<HB', len(raw), len(shape)), raw,
@@ -148,7 +154,9 @@ class ShardPacket:
         end = _LEN.size + size
         if end > len(data):
             raise CodecError('truncated', f'context of {size} bytes')
-        shard_id, num_shards, chunk, count = _META.unpack_from(data, _LEN.size)
+        fmt, run_id, shard_id, num_shards, chunk, count = _META.unpack_from(data, _LEN.size)
+        if fmt != SHARD_FORMAT:
+            raise CodecError('format', f'shard fields of format {fmt}, not {SHARD_FORMAT}')
         pos, layout = _LEN.size + _META.size, {}
         try:
             for _ in range(count):
@@ -162,7 +170,7 @@ class ShardPacket:
         if pos != end or len(layout) != count:
             raise CodecError('format', 'inconsistent shard layout')
         packet = WeightPacket.from_bytes(data[end:], verify_crc=False)
-        sp = cls(shard_id, num_shards, chunk, layout, packet)
+        sp = cls(shard_id, num_shards, chunk, layout, packet, run_id)
         sp.verify()
         return sp
 

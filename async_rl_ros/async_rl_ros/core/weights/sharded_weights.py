@@ -29,9 +29,14 @@ Three transport-free roles:
   ``codec.full_every`` packets and, in between, deltas on that keyframe (``codec.delta``).
   :meth:`ShardReplica.keyframe` is the full packet the latest one is based on, which a worker
   that lacks it (late join, respawn, missed packets) fetches once.
-* :class:`ShardAssembler` (worker): verifies each shard's packets with a
+* :class:`ShardAssembler` (worker): checks each shard's packets against what the worker
+  expects (:mod:`async_rl_ros.core.weights.expect`: its own layout, shard ids, extras,
+  versions, the run), verifies them with a
   :class:`~async_rl_ros.core.weights.codec.WeightDecoder` and, once shards at one version
   together hold every partition, rebuilds the :class:`PolicyState`.
+
+The committer picks a random 64-bit ``run_id`` at start; shards serve it and workers take a
+packet of a new run only as a full keyframe, which resets the versions they hold.
 
 What travels between them is a :class:`~async_rl_ros.core.weights.shard_packet.ShardPacket`
 (re-exported here), whose CRC covers the shard fields and the layout too.
@@ -40,13 +45,17 @@ What travels between them is a :class:`~async_rl_ros.core.weights.shard_packet.S
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
+import secrets
 from typing import Mapping
 
 from async_rl_ros.core.config import ParameterServerConfig
 from async_rl_ros.core.records import PolicyState, PolicyStateError
 from async_rl_ros.core.weights.codec import (CodecConfig, CodecError, WeightDecoder,
                                              WeightEncoder, WeightPacket)
+from async_rl_ros.core.weights.expect import (check_extras, check_fields, check_tensors,
+                                              check_versions, Expectation)
 from async_rl_ros.core.weights.parameter_server import Partition, partition_layout, placement
 from async_rl_ros.core.weights.shard_packet import (chunk_shape, fp32_tensor, shard_name,
                                                     ShardPacket)
@@ -63,10 +72,13 @@ class ShardedCommitter:
 
     :param cfg: shards, replicas, ring, chunk size.
     :param initial: the policy state the shards start from (version included).
+    :param run_id: this run's identity in every packet (default: 64 random bits).
     """
 
-    def __init__(self, cfg: ParameterServerConfig, initial: PolicyState):
+    def __init__(self, cfg: ParameterServerConfig, initial: PolicyState,
+                 run_id: int | None = None):
         self.cfg = cfg
+        self.run_id = secrets.randbits(64) if run_id is None else int(run_id)
         initial.check()
         self._values = {k: v.copy() for k, v in initial.tensors().items()}
         self.layout = {k: tuple(v.shape) for k, v in self._values.items()}
@@ -128,7 +140,7 @@ class ShardedCommitter:
                    for p in self._held[shard_id]]
         packet = WeightPacket(self.version, base, tensors, dict(self.extras))
         return ShardPacket(shard_id, self.cfg.num_shards, self.cfg.chunk_size,
-                           dict(self.layout), packet).seal()
+                           dict(self.layout), packet, self.run_id).seal()
 
 
 # ====================================================================== shard
@@ -145,6 +157,7 @@ class ShardReplica:
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         self.encoder = WeightEncoder(codec_cfg or CodecConfig())
         self.version = -1
+        self.run_id = -1  # the run of the commits applied (-1: none yet)
         self.layout: dict[str, tuple[int, ...]] = {}
         self.chunk_size = 0
         self.extras: dict[str, np.ndarray] = {}
@@ -181,8 +194,12 @@ class ShardReplica:
         if (commit.shard_id, commit.num_shards) != (self.shard_id, self.num_shards):
             raise CodecError('format', f'commit for shard {commit.shard_id}/{commit.num_shards}'
                              f', this is {self.shard_id}/{self.num_shards}')
+        new_run = commit.run_id != self.run_id
+        if new_run and packet.is_delta and self.version >= 0:  # (none held: 'base_version')
+            raise CodecError('run_id', f'a delta of run {commit.run_id:#x}, the shard holds '
+                             f'run {self.run_id:#x}')
         stale = packet.version < self.version
-        if stale or (packet.version == self.version and packet.is_delta):
+        if not new_run and (stale or (packet.version == self.version and packet.is_delta)):
             raise CodecError('version', f'version {packet.version} is not newer than '
                              f'{self.version}')
         parts = commit.partitions()
@@ -193,10 +210,10 @@ class ShardReplica:
                 raise CodecError('shape', f'{t.name} is not a partition of the layout')
             values[t.name] = t.values()
         if not packet.is_delta:
-            if commit.layout != self.layout:
-                self.encoder = WeightEncoder(self.encoder.cfg)  # a new architecture
+            if commit.layout != self.layout or new_run:
+                self.encoder = WeightEncoder(self.encoder.cfg)  # a new architecture or run
                 self._served = None
-            if packet.version > self.version:
+            if packet.version > self.version or new_run:
                 self.encoder.request_full()  # a re-sync starts a new keyframe
             self._values = {k: v.copy() for k, v in values.items()}
             self.layout, self.chunk_size = dict(commit.layout), commit.chunk_size
@@ -210,6 +227,7 @@ class ShardReplica:
             for key, value in values.items():
                 self._values[key] += value
         self.version = int(packet.version)
+        self.run_id = int(commit.run_id)
         self.extras = dict(packet.extras)
 
     def serve(self) -> ShardPacket | None:
@@ -219,7 +237,7 @@ class ShardReplica:
         if self._served is None or self._served.packet.version != self.version:
             packet = self.encoder.encode(self._values, self.version, self.extras)
             self._served = ShardPacket(self.shard_id, self.num_shards, self.chunk_size,
-                                       dict(self.layout), packet).seal()
+                                       dict(self.layout), packet, self.run_id).seal()
             if not packet.is_delta:
                 self._keyframe = self._served
         return self._served
@@ -242,27 +260,41 @@ class ShardReplica:
 # ====================================================================== worker
 class ShardAssembler:
     """
-    Worker side: verify shard packets, rebuild the policy once every partition is there.
+    Worker side: check and verify shard packets, rebuild the policy once every partition is there.
 
-    Each shard has its own :class:`WeightDecoder` (CRC, monotonic versions, shapes, keyframe).
-    The policy of version ``v`` is assembled as soon as shards at ``v`` together hold every
-    partition of the layout (with replicas, not every shard is needed).
+    Every packet is checked against :attr:`expect` before anything is allocated or changed
+    (:mod:`async_rl_ros.core.weights.expect`), then by its shard's :class:`WeightDecoder`
+    (CRC, monotonic versions, keyframe, bounded weights). The policy of version ``v`` is
+    assembled as soon as shards at ``v`` together hold every partition of the layout (with
+    replicas, not every shard is needed). A packet not used is counted: in :attr:`rejected`
+    (or its shard decoder's) by reason, or in :attr:`ignored` (``'stale'``: a version held).
 
     :param obs_dim: the observation width the policy must take (not checked when ``None``).
+    :param expect: what the worker expects (default: bounds only, the first layout pinned).
     """
 
-    def __init__(self, obs_dim: int | None = None):
-        self.obs_dim = obs_dim
+    def __init__(self, obs_dim: int | None = None, expect: Expectation | None = None):
+        expect = expect if expect is not None else Expectation()
+        if expect.obs_dim is None and obs_dim is not None:
+            expect = dataclasses.replace(expect, obs_dim=int(obs_dim))
+        self.expect = expect
+        self.obs_dim = obs_dim if obs_dim is not None else expect.obs_dim
         self.decoders: dict[int, WeightDecoder] = {}
         self.version = -1
+        self.run_id: int | None = None
+        self.retired: collections.deque[int] = collections.deque(maxlen=64)  # replaced runs
         self.rejected: collections.Counter[str] = collections.Counter()
+        self.ignored: collections.Counter[str] = collections.Counter()
+        self._accepted_before = 0  # by decoders of a replaced run
         self._layout: dict[str, tuple[int, ...]] = {}
         self._chunk = 0
+        self._pinned: dict[str, tuple[int, ...]] | None = None
+        self._width: int | None = None
 
     @property
     def accepted(self) -> int:
         """Return the shard packets accepted."""
-        return sum(d.accepted for d in self.decoders.values())
+        return self._accepted_before + sum(d.accepted for d in self.decoders.values())
 
     @property
     def rejected_total(self) -> int:
@@ -270,10 +302,14 @@ class ShardAssembler:
         decoded = sum(sum(d.rejected.values()) for d in self.decoders.values())
         return decoded + sum(self.rejected.values())
 
+    def _same_run(self, sp: ShardPacket) -> bool:
+        return (self.run_id is not None and sp.run_id == self.run_id
+                and (sp.layout, sp.chunk_size) == (self._layout, self._chunk))
+
     def lacks_base(self, sp: ShardPacket) -> bool:
         """Return whether ``sp`` is a delta on a keyframe this worker does not hold."""
         decoder = self.decoders.get(int(sp.shard_id))
-        if decoder is None or (sp.layout, sp.chunk_size) != (self._layout, self._chunk):
+        if decoder is None or not self._same_run(sp):
             return sp.packet.is_delta
         return decoder.lacks_base(sp.packet)
 
@@ -300,40 +336,71 @@ class ShardAssembler:
                 raise
             return state
 
+    def screen(self, sp: ShardPacket) -> tuple[WeightDecoder | None, bool, dict]:
+        """
+        Check a packet against :attr:`expect` and the run held, allocating nothing big.
+
+        :param sp: a shard's weights.
+        :returns: the shard's decoder of this run (``None``: none), whether the packet is of
+            a new run, and the partitions of its layout.
+        :raises CodecError: the packet is rejected (and counted).
+        """
+        held = None
+        try:
+            sp.verify()  # the shard fields too, before anything is reset
+            check_fields(sp, self.expect, self._pinned)
+            held = self.decoders.get(int(sp.shard_id))
+            new_run = self.run_id is None or sp.run_id != self.run_id
+            if new_run and sp.run_id in self.retired:
+                raise CodecError('run_id', f'run {sp.run_id:#x} was replaced by a newer run')
+            if not new_run and not self._same_run(sp):
+                raise CodecError('layout', 'the layout or chunk size changed within a run')
+            if new_run:
+                held = None
+            newest_key = max((d.key_version for d in self.decoders.values()), default=-1)
+            check_versions(sp.packet, self.expect, new_run, newest_key)
+            parts = sp.partitions()  # bounded by check_fields
+            check_tensors(sp.packet, parts, sp.layout, chunk_shape)
+            check_extras(sp.packet.extras, self.expect, None if new_run else self._width)
+        except CodecError as exc:
+            (held.rejected if held is not None else self.rejected)[exc.reason] += 1
+            raise
+        return held, new_run, parts
+
     def add(self, sp: ShardPacket) -> PolicyState | None:
         """
-        Verify and store one shard packet; return a new policy state when one is complete.
+        Check, verify and store one shard packet; return a new policy state when one is complete.
 
         :param sp: a shard's weights.
         :returns: the :class:`PolicyState` of a version newer than the last one returned, or
-            ``None`` (incomplete, or a packet the shard's decoder already has: ignored).
+            ``None`` (incomplete, or a version the shard's decoder already has: counted in
+            :attr:`ignored`).
         :raises CodecError: the packet is rejected (and counted); nothing changed.
         """
-        try:
-            sp.verify()  # the shard fields too, before anything is reset
-            parts = sp.partitions()
-            for t in sp.packet.tensors:
-                part = parts.get(t.name)
-                if part is None or t.numel != part.size:
-                    raise CodecError('shape', f'{t.name} is not a partition of the layout')
-        except CodecError as exc:
-            self.rejected[exc.reason] += 1
-            raise
-        new_layout = (sp.layout, sp.chunk_size) != (self._layout, self._chunk)
-        decoders = {} if new_layout else self.decoders  # a new architecture: start afresh
-        decoder = decoders.get(int(sp.shard_id)) or WeightDecoder()
+        shard = int(sp.shard_id)
+        held, new_run, parts = self.screen(sp)
+        decoder = held or WeightDecoder(self.expect.max_abs_weight)
         if decoder.is_stale(sp.packet):
-            return None  # a packet (or a replica's copy) this shard's decoder already has
+            self.ignored['stale'] += 1  # a version (or a replica's copy) this shard already has
+            return None
         try:
             decoder.apply(sp.packet, sp.context())
         except CodecError as exc:
-            if decoders.get(int(sp.shard_id)) is not decoder:
+            if held is None:
                 self.rejected[exc.reason] += 1  # (a held decoder counts its own)
             raise
-        if new_layout:
-            self.decoders, self.version = decoders, -1
+        if new_run:  # a learner (re)start: forget the old run, keep its counts
+            for old in self.decoders.values():
+                self.rejected.update(old.rejected)
+                self._accepted_before += old.accepted
+            if self.run_id is not None:
+                self.retired.append(self.run_id)
+            self.decoders, self.version, self.run_id = {}, -1, int(sp.run_id)
             self._layout, self._chunk = dict(sp.layout), int(sp.chunk_size)
-        self.decoders[int(sp.shard_id)] = decoder
+            if not self.expect.layouts():
+                self._pinned = dict(sp.layout)
+        self._width = len(sp.packet.extras['obs_mean'])
+        self.decoders[shard] = decoder
         return self._assemble(parts)
 
     def _assemble(self, parts: Mapping[str, Partition]) -> PolicyState | None:

@@ -36,7 +36,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
-from async_rl_ros.core.weights.receiver import InProcessWeightPath, weights_summary
+from async_rl_ros.core.weights.receiver import Expectation, InProcessWeightPath, weights_summary
 from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
 
 __all__ = ['InlineWorker', 'PolicyEvaluator', 'final_evaluation', 'EVAL_SEED', 'HELD_OUT_SEED']
@@ -66,7 +66,9 @@ class InlineWorker:
         self.worker = worker
         self.weights = InProcessWeightPath(ps_cfg or ParameterServerConfig(),
                                            codec_cfg or CodecConfig(), initial)
-        self.receiver = self.weights.receiver(worker.env.observation_space.shape[0])
+        self.receiver = self.weights.receiver(  # it takes the layout of its own policy
+            worker.env.observation_space.shape[0],
+            Expectation.of_policy(worker.policy, num_shards=len(self.weights.boards)))
         self.policies = 0
 
     def take(self) -> list[Received]:
