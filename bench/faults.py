@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Fault scenarios of issue 12, run against the real ``async-rl-train`` CLI and its runner.
+Fault scenarios (issues 12 and 35), run against the real ``async-rl-train`` CLI and its parts.
 
 Each scenario starts the CLI as a subprocess with a tiny network in a fresh directory, does
 to it what a user, a service manager or a broken disk does (Ctrl-C through a dead pipe,
@@ -23,9 +23,13 @@ error instead of a traceback, and that no worker process (nor multiprocessing's 
 tracker) outlives the trainer.
 
 Usage: ``python bench/faults.py [--quick] [--only NAME ...] [--list]``. One line per scenario,
-then a JSON summary: ``{"scenarios": N, "passed": N, "orphans_left": 0, "runs_lost": 0}``
+then a JSON summary: ``{"scenarios": N, "passed": N, "orphans_left": 0, "runs_lost": 0, ...}``
 (``orphans_left``: processes still alive after the trainer ended; ``runs_lost``: runs stopped
-by a signal or a failure that did not leave a final checkpoint and policy).
+by a signal or a failure that did not leave a final checkpoint and policy), plus what the
+scenarios measured: ``sigterm_exit_s`` / ``sigint_exit_s`` (signal to exit, goal <= 10 s),
+``packets_crafted`` / ``packets_accepted`` / ``packets_uncounted`` / ``max_packet_cpu_s``
+(bench/fault_packets.py) and ``ckpt_flips`` / ``ckpt_silent_loads`` / ``tracebacks``
+(bench/fault_checkpoints.py).
 
 Adding a scenario is one decorated function::
 
@@ -138,7 +142,7 @@ class Run:
     def saved(self, since: float) -> bool:
         """Tell whether a checkpoint and ``policy.pt`` were written after ``since``."""
         checkpoints = sorted(self.ckpt.glob('ckpt_*.pt'))
-        policy = self.dir / 'run' / 'policy.pt'
+        policy = self.dir / 'run' / 'latest' / 'policy.pt'  # the newest run's own folder
         return bool(checkpoints) and checkpoints[-1].stat().st_mtime >= since and \
             policy.is_file() and policy.stat().st_mtime >= since
 
@@ -184,7 +188,7 @@ def scenario(name: str, doc: str):
 @scenario('resume-no-replay', 'async: resume a run whose checkpoint has no replay buffer')
 def _resume_without_replay(run: Run) -> Outcome:
     """The default mode: the workers must refill the replay instead of waiting forever."""
-    summary = run.dir / 'run' / 'summary.json'
+    summary = run.dir / 'run' / 'latest' / 'summary.json'
     rc1, _, _ = run.finish(run.cli('--steps', '1500', '--workers', run.workers))
     first = json.loads(summary.read_text()) if rc1 == 0 else {}
     rc2, _, err2 = run.finish(run.cli('--steps', '3000', '--workers', run.workers, '--resume'),
@@ -315,6 +319,70 @@ def _empty_config(run: Run) -> Outcome:
     path = run.dir / 'empty.yaml'
     path.write_text('')
     return _bad_input(run, ['--config', str(path)], 'holds none')
+
+
+def _run_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob('*'))
+            if p.is_file() and p.name != '.lock'}
+
+
+@scenario('two-runs-one-root', 'two trainers started at once with the same learner.log_dir')
+def _two_runs_one_root(run: Run) -> Outcome:
+    root = run.dir / 'runs'
+    args = ['--mode', 'single', '--steps', '300', '--set', f'learner.log_dir={root}',
+            '--set', "learner.checkpoint.directory=''"]
+    procs = [run.cli(*args), run.cli(*args)]
+    codes = [run.finish(p)[0] for p in procs]
+    folders = _run_folders(root) if root.is_dir() else []
+    complete = [f for f in folders if (f / 'policy.pt').is_file()
+                and (f / 'summary.json').is_file() and list((f / 'checkpoints').glob('*.pt'))]
+    ok = codes == [0, 0] and len(folders) == 2 and len(complete) == 2
+    return Outcome(ok, f'exit {codes}; {len(folders)} run folders, {len(complete)} complete')
+
+
+@scenario('resume-right-run', '--resume NAME continues that run; the newer run is untouched')
+def _resume_right_run(run: Run) -> Outcome:
+    root = run.dir / 'runs'
+    args = ['--mode', 'single', '--set', f'learner.log_dir={root}',
+            '--set', "learner.checkpoint.directory=''"]
+    codes = [run.finish(run.cli(*args, '--steps', '300'))[0] for _ in range(2)]
+    older, newer = (_run_folders(root) + [root, root])[:2]
+    before = _files(newer)
+    rc, _, err = run.finish(run.cli(*args, '--steps', '500', '--resume', older.name))
+    summary = json.loads((older / 'summary.json').read_text()) if rc == 0 else {}
+    steps = [json.loads(x)[0] for x in (older / 'metrics.jsonl').read_text().splitlines()
+             ] if rc == 0 else [0]
+    untouched = _files(newer) == before
+    ok = (codes == [0, 0] and rc == 0 and summary.get('env_steps') == 500 and untouched
+          and min(steps) <= 300 < max(steps) and (root / 'latest').resolve() == newer)
+    return Outcome(ok, f'exit {codes + [rc]}; resumed run at {summary.get("env_steps")} '
+                   f'env steps, its record from step {min(steps)}; newer run untouched: '
+                   f'{untouched}')
+
+
+@scenario('crafted-packets', 'weight packets with a valid CRC and wrong content, fed to a '
+          'worker\'s receiver (bench/fault_packets.py)')
+def _crafted_packets(run: Run) -> Outcome:
+    import fault_packets
+    got = fault_packets.measure(run.quick)
+    got.pop('cases', None)
+    ok = (got['packets_accepted'] == 0 and got['packets_uncounted'] == 0
+          and got['max_packet_cpu_s'] <= 0.05)
+    return Outcome(ok, ', '.join(f'{k} {v}' for k, v in got.items()), figures=got)
+
+
+@scenario('checkpoint-flips', 'single-bit flips in the newest checkpoint, then --resume\'s '
+          'loader (bench/fault_checkpoints.py)')
+def _checkpoint_flips(run: Run) -> Outcome:
+    import fault_checkpoints
+    got = fault_checkpoints.measure(run.quick)
+    got.pop('seconds', None)
+    ok = got['ckpt_silent_loads'] == 0 and got['tracebacks'] == 0
+    return Outcome(ok, ', '.join(f'{k} {v}' for k, v in got.items()), figures=got)
 
 
 # ====================================================================== main

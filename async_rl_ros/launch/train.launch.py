@@ -262,8 +262,7 @@ def _launch_setup(context) -> list:
     learner_overrides = {'sac.device': _arg(context, 'device')}
     log_dir = _arg(context, 'log_dir')
     if log_dir:
-        learner_overrides['log_dir'] = log_dir
-        learner_overrides['checkpoint.directory'] = str(pathlib.Path(log_dir) / 'checkpoints')
+        learner_overrides['log_dir'] = log_dir  # the learner makes the run's folder in it
     learner_cfg = load_node_config(config, 'learner', LearnerConfig, learner_overrides)
 
     # task:=NAME goes into the env_worker section the workers and the learner read.

@@ -369,7 +369,7 @@ def test_learner_node_warm_starts_from_a_recording_or_refuses_it(tmp_path, dds):
         finally:
             node.close()
             node.destroy_node()
-        summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+        summary = json.loads((tmp_path / 'run' / 'latest' / 'summary.json').read_text())
         assert summary['warm_start']['transitions'] == 1280 and summary['env_steps'] == 0
         for bad in (tmp_path / 'nope', tmp_path / 'run'):
             with pytest.raises(ConfigError, match='transport.warm_start_bag'):

@@ -198,10 +198,10 @@ class TestTraining(unittest.TestCase):
 class TestShutdown(unittest.TestCase):
 
     def test_the_exported_policy_is_an_evaluated_one(self, log_dir):
-        summary = json.loads((log_dir / 'summary.json').read_text(encoding='utf-8'))
+        summary = json.loads((log_dir / 'latest' / 'summary.json').read_text(encoding='utf-8'))
         self.assertGreaterEqual(summary['evaluations'], 1, summary)
         self.assertIn('exported_policy_version', summary)
-        self.assertTrue((log_dir / 'policy.pt').is_file())
+        self.assertTrue((log_dir / 'latest' / 'policy.pt').is_file())
 
     def test_every_process_exits_cleanly(self, proc_info, proc_output):
         # SIGKILL (-9) is the test's own kill of worker 1; every other exit is clean.

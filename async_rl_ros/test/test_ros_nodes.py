@@ -252,9 +252,10 @@ def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
         learner.close()
         learner.destroy_node()
     assert not learner.evaluator.process.is_alive()
-    summary = json.loads((tmp_path / 'summary.json').read_text(encoding='utf-8'))
+    run = tmp_path / 'latest'  # the learner's run folder under log_dir
+    summary = json.loads((run / 'summary.json').read_text(encoding='utf-8'))
     assert summary['evaluations'] == 1          # the last policy, scored at the end
     assert summary['eval_episodes'] == 3        # the exported one, on held-out episodes
     assert 0.0 <= summary['eval_success_rate'] <= 1.0
     assert 'last_policy_success_rate' in summary and 'exported_policy_version' in summary
-    assert (tmp_path / 'policy.pt').is_file()
+    assert (run / 'policy.pt').is_file()

@@ -222,12 +222,13 @@ def test_a_registered_task_trains_with_worker_processes_and_exports_a_policy(
            '--set', f'learner.log_dir={run}', '--set', f'learner.checkpoint.directory={run}/ck']
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run / 'summary.json').read_text())
+    summary = json.loads((run / 'latest' / 'summary.json').read_text())
     assert summary['task'] == 'point' and summary['obs_dim'] == 4 and summary['act_dim'] == 2
     assert summary['env_steps'] >= 400 and summary['updates'] > 0
     assert not summary['safety_filter'] and 'simulation only' in summary['note']
     assert summary['eval_episodes'] == 2 and 'eval_final_distance_m' in summary
-    assert (run / 'policy.pt').is_file() and (run / 'learning_curve.png').is_file()
+    assert (run / 'latest' / 'policy.pt').is_file()
+    assert (run / 'latest' / 'learning_curve.png').is_file()
     assert 'point (simulation only' in result.stdout
 
 

@@ -74,7 +74,8 @@ def assert_saved(tmp_path, start_mtime=0.0):
     assert checkpoints[-1].stat().st_mtime >= start_mtime
     state = torch.load(checkpoints[-1], weights_only=False)
     assert state['counters']['env_steps'] > 0
-    assert torch.jit.load(str(run / 'policy.pt'))(torch.zeros(21)).shape == (6,)
+    policy = run / 'latest' / 'policy.pt'  # the run's own folder
+    assert torch.jit.load(str(policy))(torch.zeros(21)).shape == (6,)
     return state
 
 
@@ -98,7 +99,7 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     proc = run_cli(tmp_path, '--steps', '400', '--workers', '1')
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    run = tmp_path / 'run'
+    run = tmp_path / 'run' / 'latest'
     assert 'SAC async' in out and 'held-out success rate' in out
     assert 'held-out env steps/s' not in out  # the evaluation's own rate is not the run's
     assert re.search(r'^outcome\s+finished$', out, re.MULTILINE), out
@@ -108,7 +109,7 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     lines = re.findall(r'^async: (\d+)/400 steps', err, re.MULTILINE)
     assert len(lines) >= 2 and int(lines[-1]) >= 400, err
     assert '\r' not in err
-    assert list((run / 'ckpt').glob('ckpt_*.pt'))
+    assert list((tmp_path / 'run' / 'ckpt').glob('ckpt_*.pt'))
     assert (run / 'learning_curve.png').stat().st_size > 10_000
     events = list((run / 'tensorboard').glob('events.out.tfevents.*'))
     assert events
@@ -166,7 +167,7 @@ def test_sigterm_saves_everything_exits_143_and_stops_the_workers(tmp_path):
     assert_saved(tmp_path)
     assert_gone(children)
     # A service manager kills what is still there after 10 s: no held-out judgement then.
-    summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+    summary = json.loads((tmp_path / 'run' / 'latest' / 'summary.json').read_text())
     assert summary['final_evaluation'] == 'skipped: stopped by SIGTERM'
     assert 'eval_success_rate' not in summary
     assert re.search(r'^held-out evaluation\s+skipped: stopped by SIGTERM$', out, re.MULTILINE)
@@ -241,7 +242,7 @@ def truncate(path):
 @pytest.mark.parametrize('case, needle', [
     ('latin-1 config', 'is not UTF-8'),
     ('empty config', 'holds none'),
-    ('no checkpoint', 'no checkpoint to resume from'),
+    ('no checkpoint', "no run 'latest' to resume"),
     ('empty checkpoint', 'empty file (0 bytes)'),
     ('truncated checkpoint', 'truncated'),
     ('other hidden sizes', 'learner.sac.hidden_sizes = [32, 32] in the checkpoint but [64, 64]'),

@@ -167,8 +167,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         help='env worker processes for async/sync (default: physical cores - 1)')
     parser.add_argument('--steps', type=int, default=None,
                         help='training budget in env steps (learner.total_env_steps)')
-    parser.add_argument('--resume', action='store_true',
-                        help='continue from the newest checkpoint of learner.checkpoint.directory')
+    parser.add_argument('--resume', nargs='?', const='latest', default=None, metavar='RUN',
+                        help='continue a run in its folder under learner.log_dir: the latest '
+                        '(default) or the one named (its folder name or path)')
     parser.add_argument('--episodes', type=int, default=None,
                         help='episodes to run (scripted/random, default 20) or the held-out '
                         'episodes that judge the exported policy (sac, default '
@@ -246,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard_output()
     args = _build_parser().parse_args(argv)
     from async_rl_ros.core.learning.resume import CheckpointError
+    from async_rl_ros.core.learning.run_folder import RunFolderError
     training = args.policy == 'sac'
     # Training polls the stop request and saves; a controller has nothing to save, so there
     # the first signal interrupts at once (and its env is closed on the way out).
@@ -258,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG_ERROR
     except CheckpointError as exc:
         say(f'async-rl-train: checkpoint error: {exc}')
+        return EXIT_BAD_INPUT
+    except RunFolderError as exc:
+        say(f'async-rl-train: run folder: {exc}')
         return EXIT_BAD_INPUT
     except expected_failures() as exc:
         say(f'async-rl-train: {describe_failure(exc)}: {exc}')

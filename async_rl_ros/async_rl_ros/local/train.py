@@ -18,8 +18,9 @@ Training runs without ROS: the training loop driven in one process or with worke
 ``single``: the learner steps one environment itself (:class:`InlineWorker`), evaluating
 snapshots inline. ``async`` / ``sync``: env-worker processes (:class:`LocalTransport`) and an
 evaluator process. Either way the same :class:`TrainingLoop` trains and the same artifacts
-come out under ``learner.log_dir``: TensorBoard logs, checkpoints, ``policy.pt`` (the best
-evaluated policy), ``learning_curve.png`` and ``summary.json``. SIGINT and SIGTERM
+come out in the run's folder under ``learner.log_dir`` (:mod:`run_folder`): TensorBoard logs,
+checkpoints, ``policy.pt`` (the best evaluated policy), ``learning_curve.png``,
+``metrics.jsonl`` and ``summary.json``. SIGINT and SIGTERM
 (:class:`~async_rl_ros.local.lifecycle.StopRequest`) and an expected failure such as
 ``TrainingDiverged`` stop the run (every process) and still write the final checkpoint and
 the artifacts.
@@ -37,8 +38,9 @@ from async_rl_ros.core.learning.artifacts import finish_run, RunResult
 from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
-from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
 from async_rl_ros.core.learning.resume import resume_learner
+from async_rl_ros.core.learning.run_folder import open_run, RunFolder
 from async_rl_ros.core.workers.inline import final_evaluation, InlineWorker, PolicyEvaluator
 from async_rl_ros.envs.factory import build_worker, evaluation_env
 from async_rl_ros.local.lifecycle import restore_last_good, stop_scope, StopRequest
@@ -62,12 +64,19 @@ class TrainResult:
         return self.run.summary
 
 
-def _resume(learner: Learner, resume: bool) -> None:
+def _resume(run: LocalRun, folder: RunFolder, resume: bool) -> None:
+    learner = run.learner
     if resume:  # raises CheckpointError (one line, exit 2 in the CLI) when nothing fits
         found = resume_learner(learner)
         for path, why in found.skipped:
             say(f'checkpoint {path} skipped: {why}')
-        say(f'resumed from {found.path} at {learner.env_steps} env steps')
+        say(f'resumed from {found.path} at {learner.env_steps} env steps (run folder '
+            f'{folder.path})')
+    else:
+        say(f'run folder: {folder.path}')
+    # The curve of a resumed run covers its earlier part too (up to the checkpoint).
+    run.loop.logger.record_to(folder.path / RECORD,
+                              learner.env_steps if folder.resumed else None)
 
 
 class LocalRun:
@@ -168,7 +177,7 @@ class LocalRun:
 
 
 def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
-          runner_cfg: LocalRunnerConfig | None = None, *, resume: bool = False,
+          runner_cfg: LocalRunnerConfig | None = None, *, resume: str | None = None,
           progress: bool = True, stop: StopRequest | None = None) -> TrainResult:
     """
     Train SAC on the task of ``env_cfg.task.name`` (``local_runner.mode``: single, async, sync).
@@ -176,16 +185,27 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
     :param env_cfg: environment configuration (the ``env_worker`` section).
     :param cfg: learner configuration (the ``learner`` section).
     :param runner_cfg: the ``local_runner`` section.
-    :param resume: continue from the newest checkpoint in ``checkpoint.directory``.
+    :param resume: ``None``: a new run folder under ``cfg.log_dir``; ``'latest'`` or a run's
+        folder name: continue that run from its newest usable checkpoint, in its folder.
     :param progress: show a progress bar.
     :param stop: a :class:`~async_rl_ros.local.lifecycle.StopRequest` (default: one that
         handles SIGINT and SIGTERM during the run).
     """
     runner_cfg = runner_cfg or LocalRunnerConfig()
+    folder, cfg = open_run(cfg, resume)  # locked until the process ends (or close below)
+    try:
+        return _train_in(folder, env_cfg, cfg, runner_cfg, resume is not None, progress, stop)
+    finally:
+        folder.close()
+
+
+def _train_in(folder: RunFolder, env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
+              runner_cfg: LocalRunnerConfig, resume: bool, progress: bool,
+              stop: StopRequest | None) -> TrainResult:
     run = LocalRun(env_cfg, cfg, runner_cfg)
     try:
         learner, loop = run.learner, run.loop
-        _resume(learner, resume)
+        _resume(run, folder, resume)
         bar = Progress(total=cfg.total_env_steps, initial=learner.env_steps, desc=run.mode,
                        unit='step', enabled=progress, interval_s=runner_cfg.stats_interval_s)
 

@@ -54,8 +54,9 @@ from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received, TrainingLoop
-from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
 from async_rl_ros.core.learning.resume import resume_learner
+from async_rl_ros.core.learning.run_folder import open_run
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.transport.duplicates import RecentKeys
@@ -103,7 +104,8 @@ class LearnerNode(Node):
         self.cfg = SectionParameters(self, LearnerConfig).section
         self.transport = SectionParameters(self, RosTransportConfig, 'transport.').section
         resume = self.declare_parameter('resume', False, ParameterDescriptor(
-            description='Continue from the newest checkpoint of checkpoint.directory.',
+            description='Continue the latest run under log_dir, in its folder (false: a new '
+            'run folder).',
             read_only=True)).value
         if self.cfg.sac.device != 'cuda':
             torch.set_num_threads(1)  # the workers share the CPU
@@ -116,6 +118,11 @@ class LearnerNode(Node):
             **{f'safety.{k}': v for k, v in safety.to_flat().items()})
         _, self.spec = resolve_task(self.eval_env_cfg)
         self.obs_dim, self.act_dim = self.spec.obs_dim, self.spec.act_dim
+        # The run's own locked folder under log_dir (checkpoints, policy, summary, curve).
+        self.run_folder, run_cfg = open_run(self.cfg, 'latest' if resume else None)
+        # In place: the parameter callbacks keep updating the section the learner holds.
+        self.cfg.log_dir = run_cfg.log_dir
+        self.cfg.checkpoint.directory = run_cfg.checkpoint.directory
         self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal)
         if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
             found = resume_learner(self.learner)
@@ -130,6 +137,7 @@ class LearnerNode(Node):
                                           self.learner.policy_state())
         self.log_dir = pathlib.Path(self.cfg.log_dir)
         self.tb = MetricsLogger(self.log_dir / 'tensorboard')
+        self.tb.record_to(self.log_dir / RECORD, self.learner.env_steps if resume else None)
 
         self._lock = threading.Lock()  # worker / shard tables, metrics, resync requests
         self.ingest_rejected: collections.Counter[str] = collections.Counter()
@@ -422,12 +430,13 @@ class LearnerNode(Node):
         self.buffer.close()
         if self.evaluator is not None:
             self.evaluator.close()
-        if self.finished:
-            return  # the budget's end wrote everything
         try:
-            self.save()
+            if not self.finished:  # the budget's end wrote everything
+                self.save()
         except Exception as exc:  # noqa: B902 -- shutting down: report, never hang
             self.get_logger().error(f'final checkpoint failed: {exc}')
+        finally:
+            self.run_folder.close()
 
 
 def main(args: list[str] | None = None) -> int:

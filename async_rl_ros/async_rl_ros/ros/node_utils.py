@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from async_rl_ros.core.config import ConfigError
 from async_rl_ros.core.learning.resume import CheckpointError
+from async_rl_ros.core.learning.run_folder import RunFolderError
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
@@ -101,6 +102,9 @@ def run_node(factory: Callable[[], object], args: list[str] | None = None) -> in
         status = 2
     except CheckpointError as exc:  # resume=true with no usable or a foreign checkpoint
         print(f'checkpoint error: {exc}', file=sys.stderr)
+        status = 2
+    except RunFolderError as exc:  # nothing to resume, or another learner holds the run
+        print(f'run folder: {exc}', file=sys.stderr)
         status = 2
     finally:
         # Ctrl-C in a terminal reaches every node twice (from the terminal and from ros2

@@ -12,18 +12,29 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Metric sinks: TensorBoard event files, an in-memory history and the learning-curve PNG."""
+"""
+Metric sinks: TensorBoard event files, an in-memory history and the learning-curve PNG.
+
+A run folder also keeps ``metrics.jsonl``, every scalar as it was logged, which a resumed run
+reloads so its curve and summary cover the whole run.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+import json
 import math
+import os
 from pathlib import Path
-from typing import Mapping
+import time
+from typing import Any, Mapping
 
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 
-__all__ = ['MetricsLogger', 'plot_learning_curve']
+__all__ = ['MetricsLogger', 'plot_learning_curve', 'RECORD']
+
+RECORD = 'metrics.jsonl'  # a run folder's record of every scalar
+RECORD_FLUSH_S = 5.0      # s between two flushes of the record
 
 
 class MetricsLogger:
@@ -37,6 +48,8 @@ class MetricsLogger:
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
         self._writer = None
+        self._record: Any = None  # the run's metrics.jsonl, see record_to()
+        self._flushed = 0.0
         if self.log_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -51,6 +64,45 @@ class MetricsLogger:
             self.history[name].append((int(step), value))
             if self._writer is not None:
                 self._writer.add_scalar(name, value, int(step))
+            if self._record is not None:
+                self._record.write(json.dumps([int(step), name, value]) + '\n')
+        if self._record is not None and time.monotonic() - self._flushed > RECORD_FLUSH_S:
+            self._record.flush()
+            self._flushed = time.monotonic()
+
+    def record_to(self, path: str | Path, until_step: int | None = None) -> int:
+        """
+        Append every scalar logged from now on to ``path`` (JSON lines ``[step, name, value]``).
+
+        A resumed run first reloads what the file holds up to ``until_step`` (the checkpoint
+        it resumed from; later lines belong to the part that was lost) into the history, so
+        its learning curve and summary cover the whole run. A line cut short by a kill is
+        skipped.
+
+        :param path: the run's ``metrics.jsonl``.
+        :param until_step: the env steps resumed at; ``None``: a new run.
+        :returns: how many values were reloaded.
+        """
+        path = Path(path)
+        kept: list[str] = []
+        if until_step is not None and path.is_file():
+            for line in path.read_text(encoding='utf-8', errors='replace').splitlines():
+                try:
+                    step, name, value = json.loads(line)
+                    step, value = int(step), float(value)
+                except (ValueError, TypeError):
+                    continue
+                if step <= until_step and isinstance(name, str) and math.isfinite(value):
+                    self.history[name].append((step, value))
+                    kept.append(line)
+            for points in self.history.values():
+                points.sort(key=lambda p: p[0])  # reloaded before anything logged since
+        tmp = path.with_name(path.name + '.tmp')
+        tmp.write_text(''.join(line + '\n' for line in kept), encoding='utf-8')
+        os.replace(tmp, path)
+        self._record = open(path, 'a', encoding='utf-8')  # noqa: SIM115 -- closed in close()
+        self._flushed = time.monotonic()
+        return len(kept)
 
     def last(self, name: str, default: float = math.nan) -> float:
         """Return the newest value of a metric."""
@@ -63,6 +115,9 @@ class MetricsLogger:
             self._writer.flush()
             self._writer.close()
             self._writer = None
+        if self._record is not None:
+            self._record.close()
+            self._record = None
 
 
 def _smoothed(points: list[tuple[int, float]], window: int = 50

@@ -304,8 +304,9 @@ class BatchSizerConfig(Section):
 class CheckpointConfig(Section):
     """Learner checkpoints (learner parameters ``checkpoint.*``)."""
 
-    directory: str = option('runs/async_rl/checkpoints',
-                            'Directory the checkpoints are written to.', read_only=True)
+    directory: str = option('', 'Directory the checkpoints are written to (empty: '
+                            'checkpoints/ in the run folder; a folder named here is locked by '
+                            'the run that uses it).', read_only=True)
     keep_last: int = option(3, 'Checkpoints kept; older ones are deleted after each save.',
                             low=1, high=10**6, read_only=True)
     interval_steps: int = option(10000, 'Learner updates between two checkpoints (0: only at '
@@ -362,8 +363,10 @@ class LearnerConfig(Section):
                                       'by) that judge the exported policy when a run ends; '
                                       'its summary reports their success rate.', low=1,
                                       high=100_000, read_only=True)
-    log_dir: str = option('runs/async_rl', 'Directory of TensorBoard logs, the learning curve, '
-                          'checkpoints and the exported policy.', read_only=True)
+    log_dir: str = option('runs/async_rl', 'Root of the run folders: each run writes its '
+                          'TensorBoard logs, learning curve, checkpoints, exported policy and '
+                          'summary into <log_dir>/<start time>/, and <log_dir>/latest links to '
+                          'the newest run.', read_only=True)
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     her: HindsightConfig = dataclasses.field(default_factory=HindsightConfig)

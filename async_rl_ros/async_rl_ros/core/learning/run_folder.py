@@ -1,0 +1,175 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Run folders: every training run writes into a folder of its own, locked while it runs.
+
+``learner.log_dir`` is the root of the runs. A new run makes ``<root>/<YYYYmmdd-HHMMSS>/``
+(``-2``, ``-3`` ... when two start in the same second) and points ``<root>/latest`` at it; its
+checkpoints go to ``<run>/checkpoints`` unless ``learner.checkpoint.directory`` names another
+folder. ``--resume`` continues ``latest`` or a run named by its folder, in that folder: the
+run's curve and summary then cover the whole run, and nothing of another run is touched.
+
+A run holds an exclusive ``flock`` on ``<run>/.lock`` (and on an outside checkpoint folder)
+for as long as its process lives, so a second process cannot write into it; the kernel drops
+the lock when the process dies, however it dies, and child processes do not inherit it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+from pathlib import Path
+import time
+
+from async_rl_ros.core.sections.learning import LearnerConfig
+
+__all__ = ['RunFolder', 'RunFolderError', 'open_run', 'LATEST', 'CHECKPOINTS']
+
+LATEST = 'latest'            # the link to the newest run
+CHECKPOINTS = 'checkpoints'  # a run's checkpoint folder (default)
+_LOCK = '.lock'
+
+
+class RunFolderError(ValueError):
+    """A run folder cannot be used: none to resume, or another process holds it."""
+
+
+def _lock(directory: Path) -> int:
+    """Take the exclusive lock of ``directory``; return its file descriptor."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode('ascii', 'replace').strip() or '?'
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise RunFolderError(f'{directory} is in use by another training process (pid '
+                             f'{holder}); wait for it to end, or start a new run') from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f'{os.getpid()}\n'.encode('ascii'), 0)
+    return fd
+
+
+@dataclasses.dataclass
+class RunFolder:
+    """
+    One run's folder, locked by this process until :meth:`close`.
+
+    :param path: the run's folder.
+    :param resumed: whether the run continues an earlier one in this folder.
+    """
+
+    path: Path
+    resumed: bool
+    _fds: list[int] = dataclasses.field(default_factory=list, repr=False)
+
+    @classmethod
+    def start(cls, root: str | Path) -> 'RunFolder':
+        """Make a new run folder named by the time under ``root`` and point ``latest`` at it."""
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime('%Y%m%d-%H%M%S')
+        for n in range(1, 1000):
+            path = root / (stamp if n == 1 else f'{stamp}-{n}')
+            try:
+                path.mkdir()  # atomic: two runs started together get two folders
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise RunFolderError(f'{root}: no free run folder name for {stamp}')
+        run = cls(path, resumed=False)
+        run._fds.append(_lock(path))
+        link = root / f'.{LATEST}.{os.getpid()}'
+        link.unlink(missing_ok=True)
+        os.symlink(path.name, link)
+        os.replace(link, root / LATEST)  # atomic: readers see the old or the new run
+        return run
+
+    @classmethod
+    def resume(cls, root: str | Path, name: str = LATEST) -> 'RunFolder':
+        """
+        Open an earlier run to continue it: ``latest`` or one named by its folder.
+
+        :param root: the root of the runs (``learner.log_dir``).
+        :param name: ``latest``, a folder name under ``root``, or a path to a run folder.
+        :raises RunFolderError: no such run, or another process holds it.
+        """
+        root = Path(root)
+        path = root / name
+        if not path.is_dir() and name != LATEST and Path(name).is_dir():
+            path = Path(name)
+        if not path.is_dir():
+            runs = sorted(p.name for p in root.iterdir() if p.is_dir()
+                          and not p.name.startswith('.')) if root.is_dir() else []
+            listed = f'runs there: {", ".join(runs[-5:])}' if runs else 'it holds no run'
+            raise RunFolderError(f'no run {name!r} to resume in {root} ({listed})')
+        run = cls(path.resolve(), resumed=True)
+        run._fds.append(_lock(run.path))
+        return run
+
+    def lock(self, directory: str | Path) -> None:
+        """Also hold ``directory`` (an outside checkpoint folder) until :meth:`close`."""
+        directory = Path(directory).resolve()
+        if directory != self.path and self.path not in directory.parents:
+            self._fds.append(_lock(directory))
+
+    def close(self) -> None:
+        """Release the locks (the kernel does it too when the process ends)."""
+        while self._fds:
+            os.close(self._fds.pop())
+
+    def __enter__(self) -> 'RunFolder':
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_run(cfg: LearnerConfig, resume: str | None = None
+             ) -> tuple[RunFolder, LearnerConfig]:
+    """
+    Start or resume a run under ``cfg.log_dir``; return it and the configuration it uses.
+
+    The returned configuration's ``log_dir`` is the run's folder and its
+    ``checkpoint.directory`` the run's ``checkpoints`` folder, unless one was configured
+    (that folder is locked too). A configured folder that already holds checkpoints is only
+    ever resumed from: a new run there would prune the earlier run's checkpoints. Resuming
+    ``latest`` where no run folder exists yet but the configured folder holds checkpoints
+    starts a new run folder from them.
+
+    :param cfg: the ``learner`` section.
+    :param resume: ``None`` starts a new run; ``latest`` or a run's name continues it.
+    :raises RunFolderError: nothing to resume, a folder in use, or checkpoints in the way.
+    """
+    configured = cfg.checkpoint.directory
+    held = bool(configured) and any(Path(configured).glob('ckpt_*.pt'))
+    if resume is None and held:
+        raise RunFolderError(f'{configured} holds the checkpoints of an earlier run: continue '
+                             'it with --resume, or name another learner.checkpoint.directory')
+    fresh = resume is None or (resume == LATEST and held
+                               and not (Path(cfg.log_dir) / LATEST).exists())
+    run = RunFolder.start(cfg.log_dir) if fresh else RunFolder.resume(cfg.log_dir, resume)
+    try:
+        checkpoints = configured or str(run.path / CHECKPOINTS)
+        run.lock(checkpoints)
+    except BaseException:
+        run.close()
+        raise
+    return run, cfg.replace(**{'log_dir': str(run.path), 'checkpoint.directory': checkpoints})
