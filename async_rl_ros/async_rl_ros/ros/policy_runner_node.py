@@ -16,7 +16,7 @@
 ``policy_runner`` node: run an exported policy on a worker backend, without learning.
 
 For deployment and evaluation: *configure* loads the TorchScript policy the learner exports
-(``<log_dir>/policy.pt``: deterministic actions, normalization inside), builds the
+(``<log_dir>/latest/policy.pt``: deterministic actions, normalization inside), builds the
 environment from the ``env_worker`` parameters -- the same environment, and so the same
 safety filter, as a training worker -- and fits the policy for the control loop (one
 intra-op thread, frozen, warmed up before the first command: see
@@ -55,9 +55,10 @@ class PolicyRunnerNode(ArmNode):
         super().__init__('policy_runner', **kwargs)
         self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config,
                                      check=check_config).section
-        self.policy_path = self.declare_parameter('policy_path', 'runs/async_rl/policy.pt', (
-            ParameterDescriptor(description='TorchScript policy exported by the learner.',
-                                read_only=True))).value
+        self.policy_path = self.declare_parameter(
+            'policy_path', 'runs/async_rl/latest/policy.pt', ParameterDescriptor(
+                description='TorchScript policy exported by the learner (default: that of '
+                'the newest run).', read_only=True)).value
         self.episodes_wanted = self.declare_parameter('episodes', 0, ParameterDescriptor(
             description='Episodes to run, then stop stepping (0: until deactivated).',
             integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
