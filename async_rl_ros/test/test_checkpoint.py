@@ -76,11 +76,19 @@ def learner_state(seed=0):
     return actor, log_alpha, opt
 
 
+def test_checkpoints_go_to_the_run_folder_unless_a_directory_is_configured(tmp_path):
+    manager = CheckpointManager.from_config(CheckpointConfig(), tmp_path / 'run')
+    assert manager.directory == tmp_path / 'run' / 'checkpoints'
+    named = CheckpointManager.from_config(CheckpointConfig(directory=str(tmp_path / 'ck')),
+                                          tmp_path / 'run')
+    assert named.directory == tmp_path / 'ck'
+
+
 def test_round_trip(tmp_path):
     actor, log_alpha, opt = learner_state()
     replay = FakeReplay()
     manager = CheckpointManager.from_config(
-        CheckpointConfig(directory=str(tmp_path / 'ckpt'), keep_last=2))
+        CheckpointConfig(directory=str(tmp_path / 'ckpt'), keep_last=2), tmp_path / 'run')
     state = {
         'actor': actor.state_dict(),
         'actor_optim': opt.state_dict(),

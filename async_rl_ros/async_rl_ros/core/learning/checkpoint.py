@@ -79,6 +79,7 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
+RUN_SUBDIR = 'checkpoints'  # a run folder's checkpoint folder (when none is configured)
 _NAME = re.compile(r'^ckpt_(\d+)\.pt$')
 _TMP = re.compile(r'^\.ckpt_\d+\.pt\.(\d+)\.[0-9a-f]+\.tmp$')
 _TMP_GLOB = '.ckpt_*.tmp'
@@ -231,14 +232,16 @@ class CheckpointManager:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, cfg: CheckpointConfig) -> 'CheckpointManager':
+    def from_config(cls, cfg: CheckpointConfig, run_dir: str | Path) -> 'CheckpointManager':
         """
         Build a manager from its configuration section.
 
         :param cfg: the ``checkpoint`` section.
+        :param run_dir: the run's folder (``learner.log_dir`` once the run folder is open):
+            checkpoints go to its ``checkpoints/`` unless ``cfg.directory`` names a folder.
         :returns: the manager.
         """
-        return cls(cfg.directory, keep_last=cfg.keep_last)
+        return cls(cfg.directory or Path(run_dir) / RUN_SUBDIR, keep_last=cfg.keep_last)
 
     def path_for(self, step: int) -> Path:
         """

@@ -89,10 +89,7 @@ class Learner:
                                              np.random.default_rng(cfg.seed + 2))
                           if goal_spec is not None and cfg.her.k > 0 else None)
         self.batch_sizer = BatchSizer(cfg.batch, probe_for(self.device), device=self.device)
-        # The run folder's checkpoints/ unless a directory is configured (see run_folder).
-        self.checkpoints = CheckpointManager(
-            cfg.checkpoint.directory or f'{cfg.log_dir}/checkpoints',
-            keep_last=cfg.checkpoint.keep_last)
+        self.checkpoints = CheckpointManager.from_config(cfg.checkpoint, cfg.log_dir)
         self._delta = ParamDeltaTracker(self.sac.actor.parameters())
         self._lock = threading.Lock()  # normalizer statistics and counters
         self._her_lock = threading.Lock()

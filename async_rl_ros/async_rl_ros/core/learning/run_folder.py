@@ -35,12 +35,12 @@ import os
 from pathlib import Path
 import time
 
+from async_rl_ros.core.learning.checkpoint import RUN_SUBDIR as CHECKPOINTS
 from async_rl_ros.core.sections.learning import LearnerConfig
 
 __all__ = ['RunFolder', 'RunFolderError', 'open_run', 'LATEST', 'CHECKPOINTS']
 
-LATEST = 'latest'            # the link to the newest run
-CHECKPOINTS = 'checkpoints'  # a run's checkpoint folder (default)
+LATEST = 'latest'  # the link to the newest run
 _LOCK = '.lock'
 
 
