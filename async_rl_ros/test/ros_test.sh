@@ -17,7 +17,8 @@
 # workspace from this checkout and run every test that needs ROS 2 in it.
 #
 # Run it in a shell where a ROS 2 setup file is sourced (Humble or Jazzy, any RMW); the ROS
-# Python must import torch, pybullet, numpy and yaml too. Extra arguments go to pytest.
+# Python must import torch, pybullet, numpy and yaml too: activate the environment that
+# tools/ros_env.sh made (the README's recipe), whose python3 sees both. Extra arguments go to pytest.
 # KEEP_WS=1 keeps the workspace (its path is printed). DDS stays on this host (loopback) and
 # on ROS_DOMAIN_ID 62 unless you set one.
 set -euo pipefail
@@ -32,7 +33,8 @@ import importlib.util as u
 print(" ".join(m for m in ("torch", "pybullet", "numpy", "yaml", "launch_testing", "pytest")
                if u.find_spec(m) is None))')
 if [ -n "$missing" ]; then
-  echo "ros-test: the ROS python3 ($(command -v python3)) cannot import: $missing" >&2
+  echo "ros-test: the ROS python3 ($(command -v python3)) cannot import: $missing" \
+    '(tools/ros_env.sh makes an environment that can; activate it first)' >&2
   exit 2
 fi
 

@@ -14,14 +14,51 @@
 
 
 """
-Expected failures that cross from an environment into the core's worker loop.
+Expected failures that cross from an environment into the core's worker loop, and the words
+for a Python dependency that is not installed.
 
 They are defined here, not where they are raised, so that the core reacts to them without
 importing a robot backend: :class:`~async_rl_ros.core.workers.runtime.WorkerRuntime` never
 retries a step that raised :class:`NeedsPerson`, and the trainers report it as an outcome.
+:func:`describe_missing` turns a ``ModuleNotFoundError`` into the one line the CLI and the
+ROS nodes print: the package, the extra of ``setup.py`` that brings it, and how to install it.
 """
 
-__all__ = ['NeedsPerson']
+__all__ = ['NeedsPerson', 'describe_missing', 'EXTRAS']
+
+#: import name -> (pip name, extra of setup.py that installs it)
+EXTRAS = {
+    'torch': ('torch==2.13.0', 'learn'),
+    'tensorboard': ('tensorboard', 'learn'),
+    'tqdm': ('tqdm', 'learn'),
+    'matplotlib': ('matplotlib', 'learn'),
+    'psutil': ('psutil', 'learn'),
+    'pybullet': ('pybullet', 'sim'),
+    'gymnasium': ('gymnasium', 'sim'),
+    'rtde_control': ('ur-rtde==1.6.5', 'real'),
+    'rtde_receive': ('ur-rtde==1.6.5', 'real'),
+    'rtde_io': ('ur-rtde==1.6.5', 'real'),
+    'panda_gym': ('panda-gym==3.0.7', 'gym'),
+    'gymnasium_robotics': ('gymnasium-robotics', 'gym'),
+}
+
+
+def describe_missing(exc: ModuleNotFoundError) -> str:
+    """
+    Say which Python package is missing and the command that installs it, in one line.
+
+    :param exc: what an import raised.
+    """
+    top = (exc.name or str(exc)).split('.')[0]
+    if top in ('rclpy', 'launch', 'launch_ros', 'rosbag2_py', 'async_rl_ros_interfaces'):
+        return (f'the ROS 2 Python module {top!r} is missing: source the setup file of ROS 2 '
+                'and of the workspace that built async_rl_ros first')
+    pip_name, extra = EXTRAS.get(top, (top, None))
+    if extra is None:
+        return f'the Python module {top!r} is missing: pip install {pip_name}'
+    return (f'the Python package {pip_name.split("==")[0]!r} is missing (extra {extra!r} of '
+            f"async_rl_ros): pip install '{pip_name}' in the Python the program runs with "
+            '(ROS 2: the environment tools/ros_env.sh makes)')
 
 
 class NeedsPerson(RuntimeError):

@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, LocalRunnerConfig, NODE_SECTIONS)
+from async_rl_ros.core.errors import describe_missing
 from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.local.lifecycle import (describe_failure, EXIT_BAD_INPUT, EXIT_FAILED,
                                           EXIT_SIGINT, expected_failures, StopRequest)
@@ -263,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except RunFolderError as exc:
         say(f'async-rl-train: run folder: {exc}')
+        return EXIT_BAD_INPUT
+    except ModuleNotFoundError as exc:  # an extra that is not installed (sim, learn, real)
+        if (exc.name or '').startswith('async_rl_ros'):
+            raise
+        say(f'async-rl-train: {describe_missing(exc)}')
         return EXIT_BAD_INPUT
     except expected_failures() as exc:
         say(f'async-rl-train: {describe_failure(exc)}: {exc}')

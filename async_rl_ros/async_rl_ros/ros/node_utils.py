@@ -21,6 +21,7 @@ import sys
 from typing import Any, Callable
 
 from async_rl_ros.core.config import ConfigError
+from async_rl_ros.core.errors import describe_missing
 from async_rl_ros.core.learning.resume import CheckpointError
 from async_rl_ros.core.learning.run_folder import RunFolderError
 import rclpy
@@ -105,6 +106,11 @@ def run_node(factory: Callable[[], object], args: list[str] | None = None) -> in
         status = 2
     except RunFolderError as exc:  # nothing to resume, or another learner holds the run
         print(f'run folder: {exc}', file=sys.stderr)
+        status = 2
+    except ModuleNotFoundError as exc:  # a package imported when the node starts
+        if (exc.name or '').startswith('async_rl_ros'):
+            raise
+        print(describe_missing(exc), file=sys.stderr)
         status = 2
     finally:
         # Ctrl-C in a terminal reaches every node twice (from the terminal and from ros2
