@@ -14,8 +14,7 @@
 
 
 """
-Expected failures that cross from an environment into the core's worker loop, and the words
-for a Python dependency that is not installed.
+Expected failures that reach the core from an environment; the words for a missing package.
 
 They are defined here, not where they are raised, so that the core reacts to them without
 importing a robot backend: :class:`~async_rl_ros.core.workers.runtime.WorkerRuntime` never
