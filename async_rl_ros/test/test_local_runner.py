@@ -182,6 +182,30 @@ def test_a_physical_arm_gets_exactly_one_worker(tmp_path):
         LocalTransport(real, learner_cfg, runner, learner.policy_state())
 
 
+def test_with_a_physical_arm_the_learner_and_its_processes_keep_off_the_arm_cpu(
+        tmp_path, monkeypatch):
+    """On 8 CPUs the learner, shards and evaluator keep 0-6; the worker gets all 8 back."""
+    from async_rl_ros.core.workers import realtime
+    pinned = []
+    monkeypatch.setattr(realtime, '_cpus', lambda: list(range(8)))
+    monkeypatch.setattr(os, 'sched_setaffinity', lambda pid, cpus: pinned.append(set(cpus)))
+    _, learner_cfg, runner = configs(tmp_path, 'async', 1000)
+    runner = runner.replace(num_workers=1)
+    learner = Learner(learner_cfg, 21, 6)
+    real = LocalTransport(EnvWorkerConfig().replace(backend='ur5'), learner_cfg, runner,
+                          learner.policy_state())
+    try:
+        assert pinned == [set(range(7))]  # before the shard processes started
+        assert real.shared.cpus == list(range(8))  # what the arm's worker takes back
+    finally:
+        real.shutdown()
+    simulated = LocalTransport(EnvWorkerConfig(), learner_cfg, runner, learner.policy_state())
+    try:
+        assert pinned == [set(range(7))] and simulated.shared.cpus is None  # nothing pinned
+    finally:
+        simulated.shutdown()
+
+
 def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path):
     run = local_run(*configs(tmp_path, 'async', 10**9))
     stop = threading.Event()

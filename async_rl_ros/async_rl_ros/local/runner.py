@@ -56,6 +56,7 @@ from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.receiver import Expectation, weights_summary
+from async_rl_ros.core.workers.realtime import keep_off_the_arm
 from async_rl_ros.local.lifecycle import check_child_exit, child_entry
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 
@@ -94,6 +95,7 @@ class _Shared:
     boards: list        # the weight path's shard boards (names) workers poll
     obs_dim: int
     sync: bool
+    cpus: list | None = None  # a physical arm's worker takes these back (the learner is off one)
 
 
 @child_entry('env worker')  # dies with the learner; SIGINT ignored (stopped via ``stop``)
@@ -106,6 +108,8 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
     from async_rl_ros.envs.factory import build_worker
 
     torch.set_num_threads(1)
+    if shared.cpus is not None:  # the control thread then takes the arm's CPU
+        os.sched_setaffinity(0, shared.cpus)
     built = build_worker(EnvWorkerConfig.from_flat(env_flat), worker_id, hidden, batch,
                          restarts)
     receiver = LocalWeightReceiver(shared.boards, shared.obs_dim,  # its own policy's layout
@@ -202,6 +206,10 @@ class LocalTransport:
                               'exactly 1 with backend ur5 (one worker drives one physical arm)')
         self.blocking = runner.mode == 'sync'
         self._ctx = mp.get_context('spawn')
+        worker_cpus = None
+        if env_cfg.backend == 'ur5':  # before any process starts: they inherit the learner's
+            plan, every = keep_off_the_arm()
+            worker_cpus = every if plan.arm is not None else None
         self.weights = LocalWeightPath(runner.parameter_server, runner.codec, initial)
         self.shared = _Shared(
             stop=self._ctx.Value('b', 0, lock=False),
@@ -212,7 +220,7 @@ class LocalTransport:
             beat=self._ctx.Value('q', 0, lock=False),
             version=self._ctx.Value('q', -1, lock=False),
             boards=self.weights.board_names, obs_dim=int(initial.obs_mean.shape[0]),
-            sync=self.blocking)
+            sync=self.blocking, cpus=worker_cpus)
         self.buffer = DoubleBuffer(self._preprocess)
         self.workers: dict[int, _WorkerHandle] = {}
         # One queue per worker process: a worker killed while it writes can leave its queue's

@@ -43,7 +43,7 @@ import os
 import threading
 
 __all__ = ['CONTROL_PRIORITY', 'RTDE_PRIORITY', 'MIN_CPUS_TO_PIN', 'CpuPlan', 'cpu_plan',
-           'take_priority', 'pin', 'control_priority', 'ControlThread']
+           'take_priority', 'pin', 'control_priority', 'ControlThread', 'keep_off_the_arm']
 
 _LOG = logging.getLogger(__name__)
 CONTROL_PRIORITY = 30   #: SCHED_FIFO priority of the control-loop thread
@@ -76,6 +76,28 @@ def cpu_plan(cpus: list[int] | None = None) -> CpuPlan:
     if len(cpus) < MIN_CPUS_TO_PIN:
         return CpuPlan(None, None, max(1, len(cpus) - 1))
     return CpuPlan(frozenset(cpus[-1:]), frozenset(cpus[:-1]), len(cpus) - 1)
+
+
+def keep_off_the_arm() -> tuple[CpuPlan, list[int]]:
+    """
+    Keep the calling thread, and what it starts from now on, off the arm's CPU.
+
+    For the learner's main thread on the machine that drives a physical arm, before it starts
+    its shard, evaluator and worker processes: they inherit the learner's CPUs. The worker
+    process takes the machine's CPUs back (the second value) so that its control thread can
+    take the arm's CPU (:class:`ControlThread`).
+
+    :returns: the plan and every CPU this thread had before.
+    """
+    every = _cpus()
+    plan = cpu_plan(every)
+    why = pin(plan.learner)
+    if why is not None:
+        _LOG.warning('the learner shares the arm CPU: %s', why)
+    elif plan.learner is not None:
+        _LOG.info('learner on CPUs %s, the arm on CPU %s', sorted(plan.learner),
+                  sorted(plan.arm or ()))
+    return plan, every
 
 
 def take_priority(priority: int, who: str) -> str | None:
