@@ -90,6 +90,18 @@ def test_random_actions_until_the_first_policy_then_the_policy_at_once(env, tmp_
     assert np.all(second['policy_version'] == 1)  # no warm-up of its own (a respawn)
 
 
+def test_a_restarted_learner_is_followed_whatever_its_version(env, tmp_path):
+    """Versions are ordered within one learner run; a new run counts again from its start."""
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
+                                     'checkpoint.directory': str(tmp_path)})
+    state = Learner(cfg, 21, 6).policy_state()
+    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=10)
+    assert worker.load_policy(dataclasses.replace(state, version=50, run_id=7))
+    assert not worker.load_policy(dataclasses.replace(state, version=3, run_id=7))  # older
+    assert worker.load_policy(dataclasses.replace(state, version=3, run_id=9))  # restarted
+    assert (worker.policy.version, worker.policy.run_id) == (3, 9)
+
+
 def test_pacer_pauses_only_while_ahead_of_the_learner():
     pacer = WorkerPacer()
     assert not pacer.should_pause(10**6)  # nothing heard from a learner: never pause

@@ -81,6 +81,7 @@ def test_commits_reach_every_replica_as_deltas_and_workers_assemble_the_policy()
         for shard in shards:
             state = assembler.add_latest(shard.weights(), shard.keyframe()) or state
         assert state is not None and state.version == step + 1
+        assert state.run_id == committer.run_id  # versions are ordered within this run
     for name, value in actor.items():
         step = (np.abs(value).max() + 1e-12) / 127  # int8: half a step of the row range
         np.testing.assert_allclose(state.actor[name].numpy(), value, atol=step, err_msg=name)

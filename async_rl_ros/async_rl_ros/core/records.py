@@ -117,6 +117,8 @@ class PolicyState:
     :param obs_std: observation standard deviation it divides by, ``(obs_dim,)``, all > 0.
     :param obs_clip: normalized observations are clipped to ``[-obs_clip, obs_clip]``, > 0.
     :param version: the parameter-server version of these weights (>= 0).
+    :param run_id: the learner run that published them (0: not from a weight path); versions
+        are ordered within one run only (a restarted learner counts again).
     """
 
     actor: Mapping[str, torch.Tensor]
@@ -124,6 +126,7 @@ class PolicyState:
     obs_std: np.ndarray
     obs_clip: float
     version: int
+    run_id: int = 0
 
     #: names of the normalizer entries when they travel as side data of a weight packet
     EXTRAS = ('obs_mean', 'obs_std', 'obs_clip')

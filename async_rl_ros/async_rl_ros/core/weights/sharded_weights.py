@@ -428,4 +428,4 @@ class ShardAssembler:
             self.rejected['extras'] += 1
             raise CodecError('extras', str(exc)) from None
         self.version = newest
-        return state
+        return dataclasses.replace(state, run_id=self.run_id or 0)

@@ -65,6 +65,7 @@ class WorkerPolicy(TimedInference):
         self.obs_std = np.ones(obs_dim, dtype=np.float32)
         self.obs_clip = float('inf')
         self.version = NO_POLICY
+        self.run_id: int | None = None  # the learner run of the weights (None: none yet)
         self.generator = torch.Generator().manual_seed(seed)
         super().__init__()
         self.warm_ms = self._warm_up()             #: time (ms) of a call right after warm-up
@@ -84,6 +85,7 @@ class WorkerPolicy(TimedInference):
         self.obs_std = np.asarray(state.obs_std, dtype=np.float32)
         self.obs_clip = float(state.obs_clip)
         self.version = int(state.version)
+        self.run_id = int(state.run_id)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
@@ -136,8 +138,14 @@ class EnvWorker:
         self.episode_metrics: list[dict[str, float]] = []
 
     def load_policy(self, state: PolicyState) -> bool:
-        """Install newer weights; older or equal versions are ignored. Returns whether used."""
-        if state.version <= self.policy.version:
+        """
+        Install newer weights; older or equal versions of the same run are ignored.
+
+        A state of another learner run (restarted, counting versions again) is newer whatever
+        its version: the receiver only assembles the newest run. Returns whether used.
+        """
+        same_run = state.run_id == self.policy.run_id
+        if same_run and state.version <= self.policy.version:
             return False
         self.policy.load(state)
         return True
