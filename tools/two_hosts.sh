@@ -14,7 +14,7 @@
 # limitations under the License.
 #
 # Two (or more) "hosts" on one Linux machine: network namespaces joined through a switch, for
-# trying the several-hosts set-up of README.md and its faults (packet loss, a cut link).
+# trying the several-hosts set-up of docs/ros.md and its faults (packet loss, a cut link).
 #
 #   arl_learner (10.77.0.1/24)  --veth--+
 #                                        +-- bridge in arl_link (the "switch")
