@@ -304,7 +304,7 @@ def _other_architecture(run: Run) -> Outcome:
 
 @scenario('resume-nothing', '--resume with no checkpoint at all')
 def _resume_nothing(run: Run) -> Outcome:
-    return _bad_input(run, ['--resume'], 'no checkpoint to resume from')
+    return _bad_input(run, ['--resume'], "no run 'latest' to resume")
 
 
 @scenario('config-not-utf8', 'a Latin-1 config file')
