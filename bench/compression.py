@@ -56,9 +56,9 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.single_process import single_process_loop
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.weights.assembler import ShardAssembler
 from async_rl_ros.core.weights.codec import CodecError
-from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
-                                                       ShardPacket, ShardReplica)
+from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardPacket, ShardReplica
 from async_rl_ros.envs.factory import build_env
 from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
 import numpy as np

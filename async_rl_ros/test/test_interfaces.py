@@ -28,9 +28,9 @@ import pathlib
 from async_rl_ros.core.config import ParameterServerConfig
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.weights import codec
+from async_rl_ros.core.weights.assembler import ShardAssembler
 from async_rl_ros.core.weights.codec import CodecError
-from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
-                                                       ShardReplica)
+from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
 from async_rl_ros.ros import conversions
 from conftest import require_linter
 import numpy as np

@@ -20,10 +20,10 @@ import pathlib
 import time
 import tracemalloc
 
+from async_rl_ros.core.weights.assembler import ShardAssembler
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.expect import Expectation
-from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
-                                                       ShardPacket)
+from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardPacket
 import numpy as np
 import pytest
 

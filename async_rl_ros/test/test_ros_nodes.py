@@ -38,9 +38,9 @@ pytest.importorskip('async_rl_ros_interfaces.msg')
 from async_rl_ros.core.config import (EnvWorkerConfig, ParameterServerConfig,  # noqa: E402, I100
                                       RosTransportConfig)
 from async_rl_ros.core.records import PolicyState  # noqa: E402
+from async_rl_ros.core.weights.assembler import ShardAssembler  # noqa: E402
 from async_rl_ros.core.weights.codec import CodecError  # noqa: E402
-from async_rl_ros.core.weights.sharded_weights import (ShardAssembler,  # noqa: E402
-                                                       ShardedCommitter, ShardReplica)
+from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica  # noqa: E402
 from async_rl_ros.envs.reach_env import UR5ReachEnv  # noqa: E402
 from async_rl_ros.ros import conversions  # noqa: E402
 from async_rl_ros.ros.learner_node import LearnerNode  # noqa: E402

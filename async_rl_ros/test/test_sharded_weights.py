@@ -18,10 +18,10 @@ import dataclasses
 
 from async_rl_ros.core.config import ParameterServerConfig
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.weights.assembler import ShardAssembler
 from async_rl_ros.core.weights.codec import CodecConfig, CodecError
 from async_rl_ros.core.weights.parameter_server import Partition
-from async_rl_ros.core.weights.sharded_weights import (chunk_shape, ShardAssembler,
-                                                       ShardedCommitter, ShardPacket,
+from async_rl_ros.core.weights.sharded_weights import (chunk_shape, ShardedCommitter, ShardPacket,
                                                        ShardReplica)
 import numpy as np
 import pytest

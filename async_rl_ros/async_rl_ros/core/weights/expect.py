@@ -19,7 +19,7 @@ A CRC only catches line noise: a packet with a valid CRC can still declare a lay
 10^12 floats, shard 7 of 2, version 2^62 or ``obs_std`` of 1e-30. A worker is told at
 construction what its own policy is (:class:`Expectation`: the actor's tensor names, shapes
 and dtype, the observation width, the shard count, the bounds of sane values), and its
-:class:`~async_rl_ros.core.weights.sharded_weights.ShardAssembler` checks every packet
+:class:`~async_rl_ros.core.weights.assembler.ShardAssembler` checks every packet
 against it with the functions below *before* it allocates or changes anything:
 
 * :func:`check_fields`: the shard id and count are in range, the layout is the expected one

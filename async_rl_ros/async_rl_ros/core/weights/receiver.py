@@ -39,10 +39,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
 from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.weights.assembler import ShardAssembler
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.expect import Expectation
-from async_rl_ros.core.weights.sharded_weights import (ShardAssembler, ShardedCommitter,
-                                                       ShardPacket, ShardReplica)
+from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardPacket, ShardReplica
 
 __all__ = ['MemoryBoard', 'ShardOutlet', 'WeightReceiver', 'InProcessWeightPath',
            'weights_summary', 'Expectation']
