@@ -52,7 +52,7 @@ from typing import Any
 __all__ = ['Clients', 'main']
 
 _PR_SET_PDEATHSIG = 1
-_SNAPSHOT_TRIES = 5   # reads of a sample before the last one is taken as it is
+_SNAPSHOT_TRIES = 200  # reads of a sample before the last one is taken as it is
 
 
 class Clients:
@@ -120,6 +120,9 @@ class Clients:
             if after == stamp:
                 break
             stamp = after
+            # A packet landed mid-read, mostly because this process was preempted (a busy
+            # machine: five tries were not enough there); give the CPU up before reading again.
+            time.sleep(0)
         return (True, c is not None and c.isConnected(), stamp, *values)
 
     def command(self, method: str, args: list, offset: float | None, max_age: float,
