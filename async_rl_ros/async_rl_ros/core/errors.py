@@ -42,13 +42,17 @@ EXTRAS = {
 }
 
 
-def describe_missing(exc: ModuleNotFoundError) -> str:
+def describe_missing(exc: ModuleNotFoundError) -> str | None:
     """
     Say which Python package is missing and the command that installs it, in one line.
 
     :param exc: what an import raised.
+    :returns: the line, or ``None`` when a module of async_rl_ros itself is missing (a broken
+        install or a bug: the caller re-raises, a user cannot install it).
     """
     top = (exc.name or str(exc)).split('.')[0]
+    if top == 'async_rl_ros':
+        return None
     if top in ('rclpy', 'launch', 'launch_ros', 'rosbag2_py', 'async_rl_ros_interfaces'):
         return (f'the ROS 2 Python module {top!r} is missing: source the setup file of ROS 2 '
                 'and of the workspace that built async_rl_ros first')

@@ -266,9 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f'async-rl-train: run folder: {exc}')
         return EXIT_BAD_INPUT
     except ModuleNotFoundError as exc:  # an extra that is not installed (sim, learn, real)
-        if (exc.name or '').startswith('async_rl_ros'):
+        missing = describe_missing(exc)
+        if missing is None:
             raise
-        say(f'async-rl-train: {describe_missing(exc)}')
+        say(f'async-rl-train: {missing}')
         return EXIT_BAD_INPUT
     except expected_failures() as exc:
         say(f'async-rl-train: {describe_failure(exc)}: {exc}')

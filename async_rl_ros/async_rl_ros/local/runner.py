@@ -133,7 +133,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
             while shared.round.value <= state['round'] and not shared.stop.value:
                 time.sleep(0.0005)
             state['round'] = shared.round.value
-            _await_round_policy(shared, runtime, receiver)
+            _await_round_policy(shared, runtime)
         return True
 
     def poll() -> PolicyState | None:
@@ -159,7 +159,7 @@ def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch:
         built.env.close()
 
 
-def _await_round_policy(shared: _Shared, runtime: Any, receiver: Any) -> None:
+def _await_round_policy(shared: _Shared, runtime: Any) -> None:
     """
     Lockstep: install the policy of the round just released before acting on.
 
@@ -173,7 +173,7 @@ def _await_round_policy(shared: _Shared, runtime: Any, receiver: Any) -> None:
     deadline = time.monotonic() + SYNC_POLICY_WAIT_S
     while (runtime.worker.policy.version < wanted and not shared.stop.value
            and time.monotonic() < deadline):
-        policy = runtime.receive(receiver)
+        policy = runtime.poll_weights()  # what the runtime polls between steps
         if policy is None:
             time.sleep(0.0005)
         elif not runtime.install(policy):

@@ -108,9 +108,10 @@ def run_node(factory: Callable[[], object], args: list[str] | None = None) -> in
         print(f'run folder: {exc}', file=sys.stderr)
         status = 2
     except ModuleNotFoundError as exc:  # a package imported when the node starts
-        if (exc.name or '').startswith('async_rl_ros'):
+        missing = describe_missing(exc)
+        if missing is None:
             raise
-        print(describe_missing(exc), file=sys.stderr)
+        print(missing, file=sys.stderr)
         status = 2
     finally:
         # Ctrl-C in a terminal reaches every node twice (from the terminal and from ros2
