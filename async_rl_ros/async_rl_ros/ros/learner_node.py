@@ -137,7 +137,8 @@ class LearnerNode(Node):
                                           self.learner.policy_state())
         self.log_dir = pathlib.Path(self.cfg.log_dir)
         self.tb = MetricsLogger(self.log_dir / 'tensorboard')
-        self.tb.record_to(self.log_dir / RECORD, self.learner.env_steps if resume else None)
+        self.tb.record_to(self.log_dir / RECORD,
+                          self.learner.env_steps if self.run_folder.resumed else None)
 
         self._lock = threading.Lock()  # worker / shard tables, metrics, resync requests
         self.ingest_rejected: collections.Counter[str] = collections.Counter()
