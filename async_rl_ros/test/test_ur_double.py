@@ -229,3 +229,19 @@ def test_a_stall_holds_every_answer_and_data_package_until_it_ends(double):
     finally:
         receive.disconnect()
         dash.disconnect()
+
+
+def test_two_cycles_in_one_clock_period_carry_different_timestamps():
+    """A late cycle followed at once by a timely one: the stamps tell their packets apart."""
+    from ur_double.controller import Controller
+    ctrl = Controller()
+    ctrl.runtime, ctrl.mode = 2, 'speed'
+    ctrl.qd = ctrl.target = np.full(6, 0.5)
+    stamps, joints = [], []
+    for _ in range(5):   # far quicker than the 2 ms cycle: all in one or two clock periods
+        ctrl.tick()
+        out = ctrl.outputs()
+        stamps.append(out['timestamp'])
+        joints.append(out['actual_q'])
+    assert all(b > a for a, b in zip(stamps, stamps[1:])), stamps
+    assert all(ja != jb for ja, jb in zip(joints, joints[1:]))

@@ -65,6 +65,7 @@ class Controller:
         self.qd = np.zeros(6)
         self.t0 = time.monotonic()
         self.last = self.t0
+        self.stamp = 0.0              # s: the RTDE timestamp of the last cycle (one per cycle)
         self.runtime = RUNTIME['STOPPED']
         self.safety = 'NORMAL'
         self.safety_since = 0.0
@@ -232,6 +233,10 @@ class Controller:
             stalled = now - self.last      # s since the previous cycle (> period: we lagged)
             dt = min(stalled, 0.1)
             self.last = now
+            # Every cycle gets its own timestamp, as on a real controller: two cycles that a
+            # late one bunched into one period of the clock still carry different stamps, so a
+            # client can tell their packets apart.
+            self.stamp = max(self.now(), self.stamp + 1.0 / self.frequency)
             playing = self.runtime == RUNTIME['PLAYING']
             # A cycle that comes late (this process was not scheduled) may see the register
             # writes still queued in the socket: judge the watchdog on the next, timely one.
@@ -369,7 +374,7 @@ class Controller:
         with self.lock:
             pose = self.tcp_pose()
             values: dict[str, object] = {
-                'timestamp': self.now(),
+                'timestamp': self.stamp,
                 'actual_q': list(self.q), 'target_q': list(self.q),
                 'actual_qd': list(self.qd), 'target_qd': list(self.qd),
                 'actual_TCP_pose': pose, 'target_TCP_pose': pose,
