@@ -17,6 +17,7 @@
 import re
 
 from async_rl_ros.envs import preflight
+from async_rl_ros.envs.robotiq import RobotiqGripper
 import pytest
 
 pytest.importorskip('rtde_receive', reason='needs ur-rtde==1.6.5 (requirements.txt)')
@@ -108,3 +109,24 @@ def test_nothing_listening_fails_reachability(capsys):
     assert table['reachability'][0] == 'FAIL'
     assert 'Connection refused' in table['reachability'][1]
     assert table['robot mode'] == ('FAIL', 'skipped: controller not reachable')
+    assert 'gripper' not in table
+    assert preflight.main(['--robot-ip', free_address(), '--gripper', 'robotiq']) == 1
+    table = rows(capsys.readouterr().out)
+    assert table['gripper'] == ('FAIL', 'skipped: controller not reachable')
+
+
+def test_the_gripper_is_checked_only_when_asked_and_never_activated(capsys):
+    double = DoubleProcess()
+    try:
+        assert preflight.main(['--robot-ip', double.ip, '--gripper', 'robotiq']) == 1
+        table = rows(capsys.readouterr().out)
+        assert table['gripper'] == ('FAIL', 'not activated (STA 0): activate it on the teach '
+                                    'pendant (Robotiq toolbar)')
+        assert double.call('gripper')['sets'] == 0        # read-only: nothing written to it
+        with RobotiqGripper(double.ip, timeout_s=10.0) as gripper:
+            assert gripper.activate()
+        assert preflight.main(['--robot-ip', double.ip, '--gripper', 'robotiq']) == 0
+        table = rows(capsys.readouterr().out)
+        assert table['gripper'] == ('PASS', 'active, 85.0 mm open (POS 0)')
+    finally:
+        double.close()

@@ -16,7 +16,8 @@
 Preflight of a physical UR5 before training: ``async-rl-preflight --robot-ip IP``.
 
 Read-only: it connects the dashboard and an RTDE receive interface, never uploads a program
-and never moves the arm. Prints a table of checks (PASS, WARN or FAIL) and exits with 1 when
+and never moves the arm (nor the gripper: ``--gripper robotiq`` only reads the Robotiq
+URCap's socket). Prints a table of checks (PASS, WARN or FAIL) and exits with 1 when
 any check fails, 0 otherwise. ``train.launch.py robot:=ur5`` runs it before starting.
 """
 
@@ -32,6 +33,7 @@ import sys
 import time
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, load_node_config
+from async_rl_ros.envs import robotiq
 from async_rl_ros.envs.rtde_probe import count_packets
 from async_rl_ros.envs.rtde_supervisor import ROBOT_MODE_RUNNING, ROBOT_MODES, SAFETY_BITS
 
@@ -42,6 +44,7 @@ SAFETY_MODES = {1: 'NORMAL', 2: 'REDUCED', 3: 'PROTECTIVE_STOP', 4: 'RECOVERY',
                 5: 'SAFEGUARD_STOP', 6: 'SYSTEM_EMERGENCY_STOP', 7: 'ROBOT_EMERGENCY_STOP',
                 8: 'VIOLATION', 9: 'FAULT', 10: 'VALIDATE_JOINT_ID', 11: 'UNDEFINED'}
 PASS, WARN, FAIL = 'PASS', 'WARN', 'FAIL'
+GRIPPERS = ('none', 'robotiq')
 RATE_WINDOW_S = 1.0   # s the RTDE packets are counted over
 
 
@@ -99,29 +102,43 @@ def _realtime(require: bool) -> Check:
 
 
 def run_checks(ip: str, frequency: float = 500.0, max_latency_ms: float = 50.0,
-               timeout: float = 2.0, require_rt: bool = False) -> list[Check]:
+               timeout: float = 2.0, require_rt: bool = False,
+               gripper: str = 'none') -> list[Check]:
     """
     Run every check against the controller at ``ip``.
 
     :param ip: controller address.
     :param frequency: RTDE rate the worker will use (Hz; ``rtde.frequency``).
     :param max_latency_ms: largest acceptable dashboard round trip (ms).
-    :param timeout: socket timeout of the reachability probe (s).
+    :param timeout: socket timeout of the reachability probe and of the gripper (s).
     :param require_rt: fail (instead of warn) without real-time scheduling.
+    :param gripper: ``'robotiq'`` adds a 'gripper' check (URCap socket, port 63352).
     """
+    if gripper not in GRIPPERS:
+        raise ValueError(f'unknown gripper {gripper!r}; one of {", ".join(GRIPPERS)}')
+    checks = _controller_checks(ip, frequency, max_latency_ms, timeout)
+    if gripper == 'robotiq' and checks[0].status == FAIL:
+        checks.append(Check('gripper', FAIL, 'skipped: controller not reachable'))
+    elif gripper == 'robotiq':
+        checks.append(Check('gripper', *robotiq.check_gripper(ip, robotiq.PORT, timeout)))
+    return checks + [_realtime(require_rt)]
+
+
+def _controller_checks(ip: str, frequency: float, max_latency_ms: float,
+                       timeout: float) -> list[Check]:
     checks = [_reachability(ip, timeout)]
     names = ('controller version', 'RTDE frequency', 'robot mode', 'safety status',
              'program state', 'remote control', 'round-trip latency')
     if checks[0].status == FAIL:
         checks += [Check(n, FAIL, 'skipped: controller not reachable') for n in names]
-        return checks + [_realtime(require_rt)]
+        return checks
     try:
         import dashboard_client
         import rtde_receive
     except ImportError as exc:
         checks += [Check(n, FAIL, f'skipped: ur_rtde missing ({exc}); pip install '
                          'ur-rtde==1.6.5') for n in names]
-        return checks + [_realtime(require_rt)]
+        return checks
     dash = dashboard_client.DashboardClient(ip)
     receive = None
     try:
@@ -188,7 +205,7 @@ def run_checks(ip: str, frequency: float = 500.0, max_latency_ms: float = 50.0,
             receive.disconnect()
         if dash.isConnected():
             dash.disconnect()
-    return checks + [_realtime(require_rt)]
+    return checks
 
 
 def format_table(ip: str, checks: list[Check]) -> str:
@@ -218,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
                         help='largest acceptable dashboard round trip (ms)')
     parser.add_argument('--require-rt', action='store_true',
                         help='fail when real-time scheduling is not available')
+    parser.add_argument('--gripper', choices=GRIPPERS, default='none',
+                        help='gripper to check as well: robotiq (2F-85 through the URCap '
+                        'socket, port 63352; read only: activate it on the teach pendant)')
     args = parser.parse_args(argv)
     try:
         cfg = load_node_config(args.config, 'env_worker', EnvWorkerConfig)
@@ -226,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     frequency = args.frequency if args.frequency is not None else cfg.rtde.frequency
     checks = run_checks(args.robot_ip, frequency, args.max_latency_ms,
-                        require_rt=args.require_rt)
+                        require_rt=args.require_rt, gripper=args.gripper)
     print(format_table(args.robot_ip, checks), flush=True)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

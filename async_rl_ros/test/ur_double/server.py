@@ -15,8 +15,9 @@
 """
 The sockets of the controller double: RTDE (30004), dashboard (29999), script (30002/30003).
 
-Plus a test-only control port (29990, line commands answered with one JSON line) for fault
-injection and inspection. Run it in its own process (see :mod:`ur_double.harness`): the
+Plus the Robotiq gripper's URCap socket (63352, :mod:`ur_double.gripper`) and a test-only
+control port (29990, line commands answered with one JSON line) for fault injection and
+inspection. Run it in its own process (see :mod:`ur_double.harness`): the
 ur_rtde constructors hold the GIL while they wait for the controller.
 """
 
@@ -32,13 +33,15 @@ import time
 
 import numpy as np
 from ur_double.controller import Controller, ROBOT_MODE, RUNTIME
+from ur_double.gripper import GripperDouble
 from ur_double.protocol import default_value, pack, PKG, recipe_struct, var_type
 
 __all__ = ['DoubleServer', 'PORTS', 'CONTROL_PORT']
 
 #: speedJ and servoJ command ids of ur_rtde's control script.
 MOTION_COMMANDS = (9, 11)
-PORTS = {'rtde': 30004, 'dashboard': 29999, 'script_secondary': 30002, 'script': 30003}
+PORTS = {'rtde': 30004, 'dashboard': 29999, 'script_secondary': 30002, 'script': 30003,
+         'gripper': 63352}   # the Robotiq URCap's socket (ur_double.gripper)
 CONTROL_PORT = 29990
 _LOG = logging.getLogger('ur_double')
 _REG_INT = re.compile(rb'reg_offset_int\s*=\s*(\d+)')
@@ -106,6 +109,7 @@ class DoubleServer:
         self._sessions: list[_RTDESession] = []
         self._threads: list[threading.Thread] = []
         self.packages_sent = 0
+        self.gripper = GripperDouble(self._wait_stall)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -117,7 +121,8 @@ class DoubleServer:
 
     def _bind_all(self) -> None:
         handlers = {'rtde': self._rtde_client, 'dashboard': self._dashboard_client,
-                    'script_secondary': self._script_client, 'script': self._script_client}
+                    'script_secondary': self._script_client, 'script': self._script_client,
+                    'gripper': self.gripper.client}
         for name, port in PORTS.items():
             sock = self._listen(port)
             self._listeners[name] = sock
@@ -466,6 +471,8 @@ class DoubleServer:
             with ctrl.lock:
                 ctrl.q = np.array([float(x) for x in args[:6]])
                 ctrl.qd[:] = 0.0
+        elif verb.startswith('gripper'):
+            return self.gripper.control(verb, args)
         elif verb == 'reset_stats':
             with ctrl.lock:
                 ctrl.max_speed = 0.0
