@@ -77,8 +77,9 @@ def generate_launch_description() -> LaunchDescription:
                               'learner and the parameter-server shards: the learner host) or '
                               'workers (the env workers only: a worker host).'),
         DeclareLaunchArgument('task', default_value='',
-                              description='Task to learn (env_worker task.name): reach, gym:ID '
-                              '(a Gymnasium goal-conditioned env, robot:=sim only) or a task '
+                              description='Task to learn (env_worker task.name): reach, push '
+                              'or pick_and_place (robot:=sim only), gym:ID (a Gymnasium '
+                              'goal-conditioned env, robot:=sim only) or a task '
                               'registered under the async_rl_ros.tasks entry point group '
                               '(empty: the config value, reach).'),
         DeclareLaunchArgument('first_worker_id', default_value='0',

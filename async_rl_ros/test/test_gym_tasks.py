@@ -37,7 +37,7 @@ import pytest
 pytest.importorskip('panda_gym')
 sb3_env_checker = pytest.importorskip('stable_baselines3.common.env_checker')
 
-TASKS = ('reach', 'gym:PandaReach-v3', 'gym:PandaPush-v3')
+TASKS = ('reach', 'push', 'pick_and_place', 'gym:PandaReach-v3', 'gym:PandaPush-v3')
 REACH_ID = 'async_rl_ros/UR5Reach-v0'
 POINT_ID = 'async_rl_ros_test/PointGoal-v0'
 

@@ -17,8 +17,8 @@
 import math
 
 from async_rl_ros.envs.arm import rotvec_to_quat
-from async_rl_ros.envs.safety import _RADIUS
-from async_rl_ros.envs.ur5_kinematics import fk, fk_position, position_jacobian
+from async_rl_ros.envs.safety import reach_radii
+from async_rl_ros.envs.ur5_kinematics import fk, fk_position, jacobian, position_jacobian
 from async_rl_ros.envs.ur5_urdf import TOOL_LINK_INDEX, ur5_urdf_path
 import numpy as np
 import pybullet
@@ -82,14 +82,38 @@ def test_position_jacobian_matches_finite_differences():
         np.testing.assert_allclose(position_jacobian(q), numeric, atol=1e-7)
 
 
-def test_joint_radius_bound_holds():
+@pytest.mark.parametrize('tool', [0.0, 0.16])
+def test_joint_radius_bound_holds(tool):
     """The per-joint Lipschitz bound the safety filter relies on is never exceeded."""
     rng = np.random.default_rng(3)
+    radii = reach_radii(tool)
     for _ in range(5000):
         q = rng.uniform(-7.0, 7.0, size=6)
         dq = rng.normal(0.0, 0.05, size=6) * (rng.uniform(size=6) < 0.5)
-        moved = np.linalg.norm(np.subtract(fk_position(q + dq), fk_position(q)))
-        assert moved <= float(np.dot(_RADIUS, np.abs(dq))) + 1e-12
+        moved = np.linalg.norm(np.subtract(fk_position(q + dq, tool), fk_position(q, tool)))
+        assert moved <= float(np.dot(radii, np.abs(dq))) + 1e-12
+
+
+def test_tool_point_and_jacobian_agree_with_the_transform_chain():
+    """The tool point lies on the flange's z axis; the 6x6 Jacobian matches differences."""
+    rng = np.random.default_rng(5)
+    eps = 1e-6
+    for _ in range(20):
+        q = rng.uniform(-3.0, 3.0, size=6)
+        t = fk(q)
+        np.testing.assert_allclose(fk_position(q, 0.16), t[:3, 3] + 0.16 * t[:3, 2], atol=1e-12)
+        jac, pose = jacobian(q, 0.16)
+        np.testing.assert_allclose(pose[:3, 3], fk_position(q, 0.16), atol=1e-12)
+        for i in range(6):
+            e = np.zeros(6)
+            e[i] = eps
+            hi, lo = fk(q + e), fk(q - e)
+            lin = (np.array(fk_position(q + e, 0.16)) - np.array(fk_position(q - e, 0.16)))
+            np.testing.assert_allclose(jac[:3, i], lin / (2 * eps), atol=1e-7)
+            # angular velocity: the skew part of dR R^T
+            omega = (hi[:3, :3] - lo[:3, :3]) / (2 * eps) @ t[:3, :3].T
+            np.testing.assert_allclose(jac[3:, i], [omega[2, 1], omega[0, 2], omega[1, 0]],
+                                       atol=1e-6)
 
 
 def test_rotation_vector_to_quaternion():

@@ -108,6 +108,23 @@ def test_workspace_box_stops_the_flange_at_the_face():
     assert f.counts['workspace'] > 0
 
 
+def test_a_tool_keeps_its_tip_above_the_floor_of_the_box():
+    """A gripper 0.16 m long: lowering the arm stops with the fingertips on the box floor."""
+    cfg = EnvWorkerConfig()
+    f, bare = SafetyFilter(cfg.safety, DT, tool_length=0.16), SafetyFilter(cfg.safety, DT)
+    q, rng = HOME.copy(), np.random.default_rng(1)
+    floor = cfg.safety.workspace_low[2] + cfg.safety.workspace_margin
+    for i in range(300):
+        # shoulder and elbow down, with random joint noise on top
+        v = f(q, np.array([0.0, 1.0, 1.0, 0.0, 0.0, 0.0]) + rng.uniform(-1, 1, 6) * (i % 2))
+        q = q + v * DT
+        assert fk_position(q, 0.16)[2] >= floor - 1e-9
+        assert f.pose_violation(q) <= 1e-9
+    assert f.counts['workspace'] > 0
+    assert fk_position(q, 0.16)[2] < floor + 0.02   # it got there, and stopped
+    assert bare.pose_violation(q) == 0.0 and fk_position(q)[2] > floor + 0.1
+
+
 def test_a_start_outside_the_box_may_only_move_back_in():
     f = make_filter()
     q = np.array([0.0, -1.5708, 0.0, -1.5708, 0.0, 0.0])  # arm straight up: above the box

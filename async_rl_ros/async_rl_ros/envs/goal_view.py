@@ -62,6 +62,8 @@ class GymEnvRow(NamedTuple):
 #: The tasks registered with Gymnasium; a new task is one more row.
 GYM_ENVS: tuple[GymEnvRow, ...] = (
     GymEnvRow('async_rl_ros/UR5Reach-v0', 'reach'),
+    GymEnvRow('async_rl_ros/UR5Push-v0', 'push'),
+    GymEnvRow('async_rl_ros/UR5PickAndPlace-v0', 'pick_and_place'),
 )
 
 

@@ -37,12 +37,13 @@ class PyBulletUR5:
     :param sim: physics settings (rate, GUI).
     :param control_dt: control period (s); each :meth:`step` runs
         ``round(control_dt * physics_hz)`` physics sub-steps.
+    :param urdf: the robot's URDF file (default: the bare UR5 of :func:`ur5_urdf_path`).
     """
 
     #: :meth:`reset` puts the joints anywhere at once (no path to check).
     teleports = True
 
-    def __init__(self, sim: SimConfig, control_dt: float):
+    def __init__(self, sim: SimConfig, control_dt: float, urdf: str | None = None):
         self.physics_hz = float(sim.physics_hz)
         self.substeps = max(1, int(round(control_dt * sim.physics_hz)))
         self.physics_dt = control_dt / self.substeps
@@ -52,7 +53,7 @@ class PyBulletUR5:
         self.cid = pybullet.connect(mode)
         pybullet.setGravity(0.0, 0.0, -9.81, physicsClientId=self.cid)
         pybullet.setTimeStep(self.physics_dt, physicsClientId=self.cid)
-        self.robot = pybullet.loadURDF(ur5_urdf_path(), useFixedBase=True,
+        self.robot = pybullet.loadURDF(urdf or ur5_urdf_path(), useFixedBase=True,
                                        flags=pybullet.URDF_USE_INERTIA_FROM_FILE,
                                        physicsClientId=self.cid)
         self.forces = list(EFFORT_LIMIT)

@@ -229,6 +229,11 @@ class UR5ReachTask:
         """Refuse start poses the safety limits reject (see :func:`check_starts`)."""
         check_starts(cfg)
 
+    def scripted(self, env: Any) -> Callable[[np.ndarray], np.ndarray]:
+        """Return the damped-least-squares reach controller for ``env``."""
+        from async_rl_ros.envs.scripted import ScriptedReachPolicy
+        return ScriptedReachPolicy(np.asarray(env.unwrapped.speed))
+
     def make_env(self, cfg: EnvWorkerConfig, *, gate: Any = None,
                  render_mode: str | None = None) -> Any:
         """Build the reach env on ``cfg.backend``; a physical arm acts behind ``gate``."""

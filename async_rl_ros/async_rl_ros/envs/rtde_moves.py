@@ -29,7 +29,6 @@ from typing import Any
 
 from async_rl_ros.envs.rtde_recovery import BackendInterrupted
 from async_rl_ros.envs.rtde_supervisor import NeedsPerson, Verdict
-from async_rl_ros.envs.ur5_kinematics import fk_position
 import numpy as np
 
 __all__ = ['Moves', 'floats']
@@ -88,11 +87,14 @@ class Moves:
             if not lo <= x <= hi:
                 raise NeedsPerson(f'reset target joint {i} = {x:.3f} rad is outside the safety '
                                   f'limits [{lo:.3f}, {hi:.3f}]')
-        allowed = f.violation(fk_position(q0)) + 1e-9
+        allowed = f.pose_violation(q0) + 1e-9
         for s in np.linspace(0.0, 1.0, 33)[1:]:
-            p = fk_position(q0 + s * (q1 - q0))
-            if f.violation(p) > allowed:
+            q = q0 + s * (q1 - q0)
+            if f.pose_violation(q) > allowed:
+                points = f.points(q)
+                worst = max(range(len(points)), key=lambda i: f.violation(points[i]))
                 raise NeedsPerson(
                     f'the moveJ from {np.round(q0, 3).tolist()} to {np.round(q1, 3).tolist()} '
-                    f'would take the flange to {tuple(round(x, 3) for x in p)} m, outside the '
-                    'safety box: jog the arm back by hand (freedrive) before restarting')
+                    f'would take the {("flange", "tool tip")[worst]} to '
+                    f'{tuple(round(x, 3) for x in points[worst])} m, outside the safety box: '
+                    'jog the arm back by hand (freedrive) before restarting')

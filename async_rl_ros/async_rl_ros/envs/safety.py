@@ -25,7 +25,9 @@ Order of the checks (each may only shrink what the previous ones let through):
    ``v * dt + v**2 / (2 a) <= distance``. The cap shrinks by at most ``a * dt`` per step, so it
    never asks for more deceleration than step 3 allows;
 5. workspace: the whole stopping path -- one period at the command, then a uniform
-   deceleration at ``max_joint_accel`` -- must keep the flange inside the margin-shrunk box.
+   deceleration at ``max_joint_accel`` -- must keep the flange inside the margin-shrunk box,
+   and with a tool (``tool_length`` > 0: a gripper) its tip too: the box is convex, so the
+   whole flange-to-tip segment stays in it (the fingers above the table).
    Otherwise the command is blended towards the pure braking command (the previous command
    slowed by ``a * dt``, whose stopping path was already verified one step earlier) by
    bisection, which stops the arm at the box boundary rather than letting it leave.
@@ -46,24 +48,36 @@ from __future__ import annotations
 from collections import Counter
 import dataclasses
 import math
+import typing
 
 from async_rl_ros.core.config import SafetyConfig, TaskConfig
 from async_rl_ros.envs.ur5_kinematics import DH_A, DH_D, fk_position
 import numpy as np
 
-__all__ = ['SafetyFilter', 'REASONS', 'intersect_limits', 'limit_changes', 'start_fit']
+__all__ = ['SafetyFilter', 'REASONS', 'intersect_limits', 'limit_changes', 'reach_radii',
+           'start_fit']
 
 REASONS = ('non_finite', 'speed', 'accel', 'joint_limit', 'workspace')
-#: Upper bound (m) of the distance from joint i's axis to the flange, so that moving joint i
-#: by dq (rad) moves the flange by at most _RADIUS[i] * |dq|. Sums of the DH lengths after
-#: joint i, leaving out those parallel to its axis (d1 for joint 1, d4 for joints 2-4 whose
-#: axes are parallel, d5 for joint 5, d6 for joint 6). A test checks the bound numerically.
-_RADIUS = (-DH_A[1] - DH_A[2] + DH_D[3] + DH_D[4] + DH_D[5],
-           -DH_A[1] - DH_A[2] + DH_D[4] + DH_D[5],
-           -DH_A[2] + DH_D[4] + DH_D[5],
-           DH_D[4] + DH_D[5],
-           DH_D[5],
-           0.0)
+
+
+def reach_radii(tool: float = 0.0) -> tuple[float, ...]:
+    """
+    Return upper bounds (m) of the distance from each joint's axis to the guarded points.
+
+    Moving joint i by dq (rad) moves the flange, or a point ``tool`` m beyond it along the
+    flange's z axis, by at most ``radii[i] * |dq|``. Sums of the DH lengths after joint i,
+    leaving out those parallel to its axis (d1 for joint 1, d4 for joints 2-4 whose axes are
+    parallel, d5 for joint 5, d6 + tool for joint 6). A test checks the bound numerically.
+    """
+    d6 = DH_D[5] + tool
+    return (-DH_A[1] - DH_A[2] + DH_D[3] + DH_D[4] + d6,
+            -DH_A[1] - DH_A[2] + DH_D[4] + d6,
+            -DH_A[2] + DH_D[4] + d6,
+            DH_D[4] + d6,
+            d6,
+            0.0)
+
+
 _RESOLUTION = 1e-3  # m: path segments shorter than this are judged by their end points
 _MAX_FK = 24        # kinematics evaluations one path check may spend before it gives up
 _PATH_SAMPLES = 32  # points a reset path (a joint-space straight line) is checked at
@@ -100,7 +114,7 @@ def limit_changes(old: SafetyConfig, new: SafetyConfig) -> tuple[bool, bool]:
 
 
 def start_fit(task: TaskConfig, safety: SafetyConfig, draws: int = 200,
-              seed: int = 0) -> tuple[bool, int]:
+              seed: int = 0, tool_length: float = 0.0) -> tuple[bool, int]:
     """
     Check the start poses of a configuration against its limits (deterministic).
 
@@ -108,9 +122,10 @@ def start_fit(task: TaskConfig, safety: SafetyConfig, draws: int = 200,
     :param safety: the joint limits and the workspace box (with their margins).
     :param draws: number of ``home_q + uniform(-home_noise, home_noise)`` draws.
     :param seed: seed of the draws.
+    :param tool_length: the tool whose tip the box holds too (see :class:`SafetyFilter`).
     :returns: whether ``home_q`` passes :meth:`SafetyFilter.pose_ok`, and how many draws do.
     """
-    f = SafetyFilter(safety, 1.0)
+    f = SafetyFilter(safety, 1.0, tool_length)
     home = np.asarray(task.home_q, dtype=np.float64)
     if task.home_noise == 0.0:
         ok = f.pose_ok(home)
@@ -136,9 +151,15 @@ class SafetyFilter:
 
     :param cfg: limits.
     :param dt: control period (s): how long each command is held.
+    :param tool_length: distance (m) from the flange to the tip of the tool along the
+        flange's z axis (a gripper's fingertips); the box then holds the tip as well.
     """
 
-    def __init__(self, cfg: SafetyConfig, dt: float):
+    def __init__(self, cfg: SafetyConfig, dt: float, tool_length: float = 0.0):
+        if not (math.isfinite(tool_length) and 0.0 <= tool_length <= 0.5):
+            raise ValueError(f'tool_length {tool_length!r}: a length in [0, 0.5] m')
+        self.tool = float(tool_length)
+        self.radius = reach_radii(self.tool)
         self.dt = float(dt)
         self.prev = [0.0] * 6
         self.counts: Counter[str] = Counter()
@@ -202,11 +223,22 @@ class SafetyFilter:
         return sum(self.counts.values())
 
     # ------------------------------------------------------------------ geometry
+    def points(self, q: typing.Sequence[float]) -> list[tuple[float, float, float]]:
+        """Return where the flange is, and the tool tip if there is a tool (m, base frame)."""
+        q = [float(x) for x in q]
+        if self.tool == 0.0:
+            return [fk_position(q)]
+        return [fk_position(q), fk_position(q, self.tool)]
+
+    def pose_violation(self, q: typing.Sequence[float]) -> float:
+        """Return how far (m) the worst guarded point at ``q`` lies outside the box."""
+        return max(self.violation(p) for p in self.points(q))
+
     def pose_ok(self, q: np.ndarray) -> bool:
         """Return whether ``q`` (rad) is within the joint limits and its flange in the box."""
         if not all(lo <= x <= hi for x, lo, hi in zip(q, self.q_low, self.q_high)):
             return False
-        return self.violation(fk_position([float(x) for x in q])) <= 0.0
+        return self.pose_violation(q) <= 0.0
 
     def path_ok(self, q0: np.ndarray, q1: np.ndarray) -> bool:
         """
@@ -219,8 +251,8 @@ class SafetyFilter:
             return False
         q0 = np.asarray(q0, dtype=np.float64)
         dq = np.asarray(q1, dtype=np.float64) - q0
-        allowed = self.violation(fk_position(q0)) + 1e-9
-        return all(self.violation(fk_position(q0 + s * dq)) <= allowed
+        allowed = self.pose_violation(q0) + 1e-9
+        return all(self.pose_violation(q0 + s * dq) <= allowed
                    for s in np.linspace(0.0, 1.0, _PATH_SAMPLES + 1)[1:])
 
     def violation(self, p: tuple[float, float, float]) -> float:
@@ -230,10 +262,11 @@ class SafetyFilter:
             worst = max(worst, lo - x, x - hi)
         return worst
 
-    def _clearance(self, p: tuple[float, float, float], slack: float) -> float:
-        """Return the distance (m) from ``p`` to the faces of the box grown by ``slack``."""
-        (x, y, z), lo, hi = p, self.box_low, self.box_high
-        return min(x - lo[0], hi[0] - x, y - lo[1], hi[1] - y, z - lo[2], hi[2] - z) + slack
+    def _clearance(self, q: list[float], slack: float) -> float:
+        """Return the distance (m) from the guarded points to the box grown by ``slack``."""
+        lo, hi = self.box_low, self.box_high
+        return min(min(x - lo[0], hi[0] - x, y - lo[1], hi[1] - y, z - lo[2], hi[2] - z)
+                   for x, y, z in self.points(q)) + slack
 
     def stop_path(self, v: list[float]) -> list[float]:
         """Return the joint displacement (rad) of one period at ``v`` then braking at ``a``."""
@@ -243,19 +276,20 @@ class SafetyFilter:
 
     def _path_ok(self, q: list[float], v: list[float], clear_now: float, slack: float) -> bool:
         """
-        Check that the flange stays in the box (grown by ``slack``) along the stopping path.
+        Check that the guarded points stay in the box (grown by ``slack``) on the stopping path.
 
-        Sound without dense sampling: moving joint i by ``dq_i`` moves the flange by at most
-        ``_RADIUS[i] * |dq_i|``, so on a segment of the joint-space path whose end points have
-        clearances ``c_a`` and ``c_b`` no point can leave the box if ``c_a + c_b`` exceeds the
-        segment's bound. Segments that fail the test are halved; a path that needs more than
-        ``_MAX_FK`` evaluations is treated as unsafe (the caller then brakes).
+        Sound without dense sampling: moving joint i by ``dq_i`` moves a point by at most
+        ``radius[i] * |dq_i|`` (:func:`reach_radii`), so on a segment of the joint-space path
+        whose end points have clearances ``c_a`` and ``c_b`` no point can leave the box if
+        ``c_a + c_b`` exceeds the segment's bound. Segments that fail the test are halved; a
+        path that needs more than ``_MAX_FK`` evaluations is treated as unsafe (the caller
+        then brakes).
         """
         delta = self.stop_path(v)
-        bound = sum(r * abs(d) for r, d in zip(_RADIUS, delta))
+        bound = sum(r * abs(d) for r, d in zip(self.radius, delta))
         if clear_now >= bound:
             return True  # even the worst case cannot reach a face
-        clear_end = self._clearance(fk_position([a + d for a, d in zip(q, delta)]), slack)
+        clear_end = self._clearance([a + d for a, d in zip(q, delta)], slack)
         if clear_end < 0.0:
             return False
         stack = [(0.0, clear_now, 1.0, clear_end)]
@@ -269,7 +303,7 @@ class SafetyFilter:
             if evaluations > _MAX_FK:
                 return False
             tm = 0.5 * (t0 + t1)
-            cm = self._clearance(fk_position([a + d * tm for a, d in zip(q, delta)]), slack)
+            cm = self._clearance([a + d * tm for a, d in zip(q, delta)], slack)
             if cm < 0.0:
                 return False
             stack.append((t0, ca, tm, cm))
@@ -311,9 +345,8 @@ class SafetyFilter:
         reasons = [name for name, hit in zip(REASONS, flags) if hit]
 
         # Outside the box already (bad start state)? Then allow what does not make it worse.
-        p_now = fk_position(q)
-        slack = self.violation(p_now)
-        clear_now = self._clearance(p_now, slack)
+        slack = self.pose_violation(q)
+        clear_now = self._clearance(q, slack)
         if not self._path_ok(q, v, clear_now, slack):
             reasons.append('workspace')
             v = self._blend_to_brake(q, v, clear_now, slack, caps)

@@ -50,3 +50,91 @@ class ScriptedReachPolicy:
         damped = jac @ jac.T + self.damping ** 2 * np.eye(3)
         qd = jac.T @ np.linalg.solve(damped, self.gain * error)  # rad/s
         return np.clip(qd / self.max_speed, -1.0, 1.0).astype(np.float32)
+
+
+REST_HEIGHT_SCRIPT = 0.05  # m: centre of the cube resting on the table
+
+
+class _CubeScript:
+    """Shared geometry of the cube scripts (cartesian actions: 3 velocities, 1 gripper)."""
+
+    def __init__(self, ee_speed: float, gain: float = 8.0):
+        self.ee_speed = float(ee_speed)
+        self.gain = gain
+
+    def toward(self, here: np.ndarray, there: np.ndarray, grip: float) -> np.ndarray:
+        """Return the action that moves the grasp point from ``here`` to ``there``."""
+        velocity = np.clip(self.gain * (there - here) / self.ee_speed, -1.0, 1.0)
+        return np.array([*velocity, grip], dtype=np.float32)
+
+
+class ScriptedPushPolicy(_CubeScript):
+    """
+    Push the cube to its target with closed fingers: go behind it (over the top), then push.
+
+    Stateless: each action follows from the observation alone, so it recovers when the
+    cube slips off the line.
+    """
+
+    clearance = 0.14  # m: grasp point height while travelling over the cube
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """Return the cartesian action in [-1, 1]^4 for the push task."""
+        s = _slices()
+        tcp, cube, target = obs[s['tcp']], obs[s['cube']], obs[s['target']]
+        line = (target - cube)[:2]
+        direction = line / max(float(np.linalg.norm(line)), 1e-6)
+        rel = (tcp - cube)[:2]
+        along = float(rel @ direction)
+        lateral = rel - along * direction
+        low = REST_HEIGHT_SCRIPT + 0.013  # fingertips just above the box floor: the lower side
+        behind = cube[:2] - direction * 0.055
+        side = float(np.linalg.norm(lateral))
+        if along < -0.02 and tcp[2] < low + 0.02 and side < 0.03:
+            # down behind it: push along the line, correcting the sideways offset
+            goal = target[:2] - direction * 0.045
+            return self.toward(tcp, np.array([*(goal - lateral * 0.5), low]), -1.0)
+        if along < -0.03 and side < 0.012:  # behind and in line: come down there first
+            return self.toward(tcp, np.array([*behind, low]), -1.0)
+        if np.linalg.norm(tcp[:2] - behind) < 0.012:
+            return self.toward(tcp, np.array([*behind, low]), -1.0)
+        high = max(tcp[2], cube[2] + self.clearance) if along > -0.03 else tcp[2]
+        if np.linalg.norm(tcp[:2] - behind) > 0.02 and tcp[2] < cube[2] + 0.08 and along > -0.03:
+            return self.toward(tcp, np.array([*tcp[:2], cube[2] + self.clearance]), -1.0)
+        return self.toward(tcp, np.array([*behind, high]), -1.0)
+
+
+class ScriptedPickPolicy(_CubeScript):
+    """
+    Pick the cube and carry it to its target: above it open, down, close, carry.
+
+    Stateless like :class:`ScriptedPushPolicy`: a dropped cube is picked up again.
+    """
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """Return the cartesian action in [-1, 1]^4 for the pick-and-place task."""
+        s = _slices()
+        tcp, cube, target = obs[s['tcp']], obs[s['cube']], obs[s['target']]
+        width = float(obs[s['width']][0])
+        offset = cube - tcp
+        across = float(np.linalg.norm(offset[:2]))
+        yaw = float(obs[s['cube_rot']][2])
+        extent = 0.05 * (abs(np.cos(yaw)) + abs(np.sin(yaw)))  # the cube across the fingers
+        if across < 0.035 and abs(offset[2]) < 0.04 and width < extent + 0.003:
+            # held: lift it, carry it over, put it down there
+            if np.linalg.norm((target - cube)[:2]) > 0.02:
+                lifted = max(target[2], REST_HEIGHT_SCRIPT + 0.04)
+                return self.toward(tcp, np.array([*target[:2], lifted]) - offset, -1.0)
+            return self.toward(tcp, target - offset, -1.0)
+        if tcp[2] - cube[2] < 0.015 and across < 0.025:
+            return self.toward(tcp, tcp, -1.0)          # down there: close on it
+        if across < 0.01:
+            return self.toward(tcp, cube, 1.0)          # above it: go down, open
+        above = cube[2] + 0.08
+        return self.toward(tcp, np.array([cube[0], cube[1],
+                                          max(above, tcp[2]) if across > 0.05 else above]), 1.0)
+
+
+def _slices() -> dict[str, slice]:
+    from async_rl_ros.envs.manipulation_task import OBS_SLICES
+    return OBS_SLICES

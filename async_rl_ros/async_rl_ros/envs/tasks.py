@@ -19,6 +19,8 @@ Find a task plug-in by name: the built-in UR5 tasks, Gymnasium ids, third-party 
 Names (``env_worker.task.name``, ``async-rl-train --task``, ``task:=`` in the launch file):
 
 * ``reach`` -- the UR5 reach task (:mod:`async_rl_ros.envs.reach_task`), simulated or real;
+* ``push`` and ``pick_and_place`` -- the UR5 with a gripper moves a cube
+  (:mod:`async_rl_ros.envs.manipulation_task`), simulated;
 * ``gym:ID`` -- any Gymnasium goal-conditioned environment (``gym:PandaPush-v3``), simulated
   only (:mod:`async_rl_ros.envs.gym_task`); ``gym:MODULE:ID`` imports ``MODULE`` first, as
   ``gymnasium.make`` does;
@@ -52,8 +54,19 @@ def _reach() -> Task:
     return UR5ReachTask()
 
 
+def _push() -> Task:
+    from async_rl_ros.envs.manipulation_task import UR5PushTask
+    return UR5PushTask()
+
+
+def _pick_and_place() -> Task:
+    from async_rl_ros.envs.manipulation_task import UR5PickAndPlaceTask
+    return UR5PickAndPlaceTask()
+
+
 #: The tasks this package ships, by name.
-BUILTIN_TASKS: dict[str, Callable[[], Task]] = {'reach': _reach}
+BUILTIN_TASKS: dict[str, Callable[[], Task]] = {'reach': _reach, 'push': _push,
+                                                'pick_and_place': _pick_and_place}
 
 
 def _entry_points() -> dict[str, Any]:

@@ -28,7 +28,7 @@ import typing
 import numpy as np
 
 __all__ = ['DH_D', 'DH_A', 'DH_ALPHA', 'JOINT_LIMIT', 'SPEED_LIMIT', 'EFFORT_LIMIT',
-           'LINK_MASS', 'REACH_BOUND', 'fk', 'fk_position', 'position_jacobian']
+           'LINK_MASS', 'REACH_BOUND', 'fk', 'fk_position', 'position_jacobian', 'jacobian']
 
 DH_D = (0.089159, 0.0, 0.0, 0.10915, 0.09465, 0.0823)            # m
 DH_A = (0.0, -0.425, -0.39225, 0.0, 0.0, 0.0)                    # m
@@ -68,16 +68,20 @@ def fk(q: np.ndarray) -> np.ndarray:
     return t
 
 
-def fk_position(q: typing.Sequence[float]) -> tuple[float, float, float]:
+def fk_position(q: typing.Sequence[float], tool: float = 0.0) -> tuple[float, float, float]:
     """
-    Return only the flange position (m), in closed form.
+    Return only the flange position (m), or a point ``tool`` m beyond it, in closed form.
 
     This runs several times per control step inside the safety filter, so instead of
     composing six transforms it evaluates the product expanded for UR's DH table
     (alpha = pi/2, 0, 0, pi/2, -pi/2, 0 and d2 = d3 = 0; joint 6 does not move the flange).
     :func:`fk` is the reference; a test keeps the two equal.
+
+    :param tool: distance (m) along the flange's z axis (a gripper's fingertips): the flange
+        is ``d6`` along frame 5's z axis, so the point is the same product with ``d6 + tool``.
     """
     d1, _, _, d4, d5, d6 = DH_D
+    d6 += tool
     a2, a3 = DH_A[1], DH_A[2]
     s1, c1 = math.sin(q[0]), math.cos(q[0])
     q23 = q[1] + q[2]
@@ -106,3 +110,24 @@ def position_jacobian(q: np.ndarray) -> np.ndarray:
         t = t @ _link(i, q[i])
     p = t[:3, 3]
     return np.stack([np.cross(z, p - o) for z, o in zip(axes, origins)], axis=1)
+
+
+def jacobian(q: np.ndarray, tool: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Return the 6x6 geometric Jacobian of a tool point, and the tool pose.
+
+    :param q: six joint positions (rad).
+    :param tool: distance (m) of the tool point along the flange's z axis.
+    :returns: ``(J, T)``: rows 0-2 the linear velocity (m/rad), rows 3-5 the angular velocity
+        (rad/rad) of the tool frame in the base frame; ``T`` the 4x4 pose base -> tool.
+    """
+    t = np.eye(4)
+    origins, axes = [], []
+    for i in range(6):
+        origins.append(t[:3, 3].copy())
+        axes.append(t[:3, 2].copy())
+        t = t @ _link(i, q[i])
+    t[:3, 3] = t[:3, 3] + tool * t[:3, 2]
+    p = t[:3, 3]
+    linear = np.stack([np.cross(z, p - o) for z, o in zip(axes, origins)], axis=1)
+    return np.vstack([linear, np.stack(axes, axis=1)]), t

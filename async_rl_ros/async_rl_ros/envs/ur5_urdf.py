@@ -23,6 +23,11 @@ in agreement by construction (a test checks it).
 
 Link ``link<i>`` is the DH frame ``i-1`` rotated by joint ``i``; the fixed DH offsets of link
 ``i`` are the origin of joint ``i+1``; ``tool0`` is DH frame 6 (the flange).
+
+With ``gripper=True`` a parallel-jaw gripper modelled on the Robotiq 2F-85 hangs from the
+flange: a 0.9 kg body, two fingers on prismatic joints closing along the flange's y axis
+(85 mm stroke), their tips :data:`FINGERTIP` below the flange, and a ``tcp`` frame between
+the finger pads :data:`GRASP_POINT` below it. Boxes only: contacts stay cheap.
 """
 
 from __future__ import annotations
@@ -35,11 +40,17 @@ import tempfile
 from async_rl_ros.envs.ur5_kinematics import (
     DH_A, DH_ALPHA, DH_D, EFFORT_LIMIT, JOINT_LIMIT, LINK_MASS, SPEED_LIMIT)
 
-__all__ = ['ur5_urdf', 'ur5_urdf_path', 'TOOL_LINK_INDEX']
+__all__ = ['ur5_urdf', 'ur5_urdf_path', 'TOOL_LINK_INDEX', 'FINGERTIP', 'GRASP_POINT',
+           'STROKE', 'FINGER_JOINTS', 'link_index']
 
 #: PyBullet link index of ``tool0`` (six revolute joints, then the fixed flange joint).
 TOOL_LINK_INDEX = 6
 _RADIUS = (0.060, 0.054, 0.045, 0.040, 0.040, 0.032)  # m, collision cylinder radii
+#: Gripper geometry (m, along the flange's z axis): the fingertips, the grasp point between
+#: the pads, and the largest opening between the pads.
+FINGERTIP, GRASP_POINT, STROKE = 0.16, 0.14, 0.085
+_BODY = 0.10       # m: length of the gripper body below the flange
+FINGER_JOINTS = ('finger_left', 'finger_right')
 
 
 def _cylinder(length: float, radius: float, along_x: bool, offset: float) -> str:
@@ -91,8 +102,59 @@ def _joint(i: int) -> str:
         f'  </joint>\n')
 
 
-def ur5_urdf() -> str:
-    """Return the URDF text of the UR5 (base fixed at the world origin)."""
+def _box_link(name: str, size: tuple[float, float, float], xyz: str, mass: float,
+              colour: str) -> str:
+    x, y, z = size
+    inertia = (mass * (y * y + z * z) / 12, mass * (x * x + z * z) / 12,
+               mass * (x * x + y * y) / 12)
+    geometry = f'<origin xyz="{xyz}"/><geometry><box size="{x} {y} {z}"/></geometry>'
+    return (f'  <link name="{name}">\n'
+            f'    <inertial><origin xyz="{xyz}"/><mass value="{mass}"/>'
+            f'<inertia ixx="{inertia[0]:.6g}" ixy="0" ixz="0" iyy="{inertia[1]:.6g}" iyz="0" '
+            f'izz="{inertia[2]:.6g}"/></inertial>\n'
+            f'    <visual>{geometry}<material name="{colour}"/></visual>\n'
+            f'    <collision>{geometry}</collision>\n'
+            f'  </link>\n')
+
+
+def _gripper() -> str:
+    """Return the links and joints of the 2F-85-like gripper below ``tool0``."""
+    finger_len = FINGERTIP - _BODY
+    body = _box_link('gripper_body', (0.04, 0.09, _BODY), f'0 0 {_BODY / 2}', 0.9, 'dark')
+    parts = [body, ('  <joint name="gripper_mount" type="fixed">\n'
+                    '    <parent link="tool0"/><child link="gripper_body"/>\n'
+                    '    <origin xyz="0 0 0"/>\n  </joint>\n')]
+    for name, sign in zip(FINGER_JOINTS, (1, -1)):
+        # The pad's inner face lies at the joint position (m from the middle), so the opening
+        # between the pads is twice the joint position.
+        parts.append(_box_link(name, (0.022, 0.01, finger_len),
+                               f'0 {sign * 0.005} {finger_len / 2}', 0.05, 'dark'))
+        parts.append(f'  <joint name="{name}" type="prismatic">\n'
+                     f'    <parent link="gripper_body"/><child link="{name}"/>\n'
+                     f'    <origin xyz="0 0 {_BODY}"/><axis xyz="0 {sign} 0"/>\n'
+                     f'    <limit lower="0" upper="{STROKE / 2}" effort="235" velocity="0.075"/>\n'
+                     f'  </joint>\n')
+    parts.append(f'  <joint name="tcp_frame" type="fixed">\n'
+                 f'    <parent link="tool0"/><child link="tcp"/>\n'
+                 f'    <origin xyz="0 0 {GRASP_POINT}"/>\n  </joint>\n'
+                 f'  <link name="tcp"><inertial><mass value="0.001"/>'
+                 f'<inertia ixx="1e-7" ixy="0" ixz="0" iyy="1e-7" iyz="0" izz="1e-7"/>'
+                 f'</inertial></link>\n')
+    return ''.join(parts)
+
+
+def link_index(body: int, name: str, client: int) -> int:
+    """Return the PyBullet index of the link (or joint) ``name`` of ``body``."""
+    import pybullet
+    for j in range(pybullet.getNumJoints(body, physicsClientId=client)):
+        info = pybullet.getJointInfo(body, j, physicsClientId=client)
+        if name in (info[1].decode(), info[12].decode()):
+            return j
+    raise KeyError(name)
+
+
+def ur5_urdf(gripper: bool = False) -> str:
+    """Return the URDF text of the UR5 (base fixed at the world origin), with a gripper."""
     tool = (f'  <joint name="flange" type="fixed">\n'
             f'    <parent link="link6"/><child link="tool0"/>\n'
             f'    <origin xyz="{DH_A[5]:.6f} 0 {DH_D[5]:.6f}" rpy="{DH_ALPHA[5]:.9f} 0 0"/>\n'
@@ -110,17 +172,18 @@ def ur5_urdf() -> str:
     body = ''.join(_joint(i) + _link(i) for i in range(1, 7))
     return ('<?xml version="1.0"?>\n<robot name="ur5">\n'
             '  <material name="grey"><color rgba="0.7 0.7 0.75 1"/></material>\n'
-            + base + body + tool + '</robot>\n')
+            '  <material name="dark"><color rgba="0.2 0.2 0.22 1"/></material>\n'
+            + base + body + tool + (_gripper() if gripper else '') + '</robot>\n')
 
 
-def ur5_urdf_path() -> str:
+def ur5_urdf_path(gripper: bool = False) -> str:
     """
     Return the path of the URDF file, writing it on first use.
 
     The file lives in the temporary directory under a name derived from its content, so every
     process and every version of this module find their own copy without leaving one per run.
     """
-    text = ur5_urdf()
+    text = ur5_urdf(gripper)
     digest = hashlib.sha1(text.encode()).hexdigest()[:12]
     path = os.path.join(tempfile.gettempdir(), f'async_rl_ros_ur5_{digest}.urdf')
     if not os.path.exists(path):

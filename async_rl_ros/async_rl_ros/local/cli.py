@@ -40,7 +40,6 @@ from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.local.lifecycle import (describe_failure, EXIT_BAD_INPUT, EXIT_FAILED,
                                           EXIT_SIGINT, expected_failures, StopRequest)
 from async_rl_ros.local.output import guard_output, say
-import numpy as np
 import yaml
 
 __all__ = ['main', 'default_config_path', 'parse_overrides', 'print_table', 'summary_rows']
@@ -145,7 +144,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='async-rl-train',
         description='Train SAC on a task (or run a controller on it) without ROS: the UR5 '
-        'reach task, any Gymnasium goal-conditioned env (gym:ID) or a registered task.')
+        'tasks (reach, push, pick_and_place), any Gymnasium goal-conditioned env (gym:ID) or a '
+        'registered task.')
     parser.add_argument('--config', type=Path, default=None,
                         help='ros__parameters YAML file (default: the shipped config/train.yaml)')
     parser.add_argument('--set', dest='overrides', action='append', default=[],
@@ -153,13 +153,14 @@ def _build_parser() -> argparse.ArgumentParser:
                         '--set learner.total_env_steps=50000 or --set task.control_hz=50 '
                         '(repeatable)')
     parser.add_argument('--task', default=None, metavar='NAME',
-                        help='task to learn (env_worker.task.name): reach, gym:ID such as '
+                        help='task to learn (env_worker.task.name): reach, push, '
+                        'pick_and_place, gym:ID such as '
                         'gym:PandaPush-v3 (simulation only), or a task registered under the '
                         'async_rl_ros.tasks entry point group (default: the config value, '
                         'reach)')
     parser.add_argument('--policy', choices=('sac', 'scripted', 'random'), default='sac',
-                        help='train SAC (default), or run a damped-least-squares reach '
-                        'controller (task reach) or uniform random actions')
+                        help="train SAC (default), or run the task's scripted controller "
+                        '(reach, push, pick_and_place) or uniform random actions')
     parser.add_argument('--mode', choices=('single', 'async', 'sync'), default=None,
                         help='async: env-worker processes that never wait for the learner; '
                         'sync: the same in lockstep (baseline); single: the learner steps one '
@@ -223,14 +224,14 @@ def _control(args: argparse.Namespace, stop: StopRequest) -> int:
     config_path, env_cfg, _, _ = _load(args)
     from async_rl_ros.envs.tasks import resolve_task
     task, spec = resolve_task(env_cfg)
-    if args.policy == 'scripted' and task.name != 'reach':
-        raise ConfigError('--policy', 'scripted', f'random for task {task.name!r}: the '
-                          f'scripted controller solves the reach task only')
+    scripted = getattr(task, 'scripted', None)
+    if args.policy == 'scripted' and scripted is None:
+        raise ConfigError('--policy', 'scripted', f'random for task {task.name!r}: it has no '
+                          f'scripted controller (reach, push and pick_and_place have one)')
     env = task.make_env(env_cfg, render_mode='human' if args.render else None)
     try:
         if args.policy == 'scripted':
-            from async_rl_ros.envs.scripted import ScriptedReachPolicy
-            policy = ScriptedReachPolicy(np.asarray(env.speed))
+            policy = scripted(env)
         else:
             env.action_space.seed(env_cfg.seed)
             policy = (lambda _obs: env.action_space.sample())  # noqa: E731

@@ -35,12 +35,16 @@ class TaskConfig(Section):
     The task the workers step; at run time changes apply from the next episode.
 
     ``name`` picks the task plug-in (:mod:`async_rl_ros.envs.tasks`); the other options are
-    those of the UR5 tasks (the arm's control rate, home pose and goal box, the reward), which
-    a Gymnasium task (``gym:ID``) does not use: it brings its own, like ``rtde.*`` apply only
-    to ``backend: ur5``.
+    those of the UR5 tasks, which a Gymnasium task (``gym:ID``) does not use: it brings its
+    own, like ``rtde.*`` apply only to ``backend: ur5``. The control rate, episode length,
+    action scale, home pose and ``terminate_on_success`` apply to every UR5 task; the target
+    box, success distance and reward weights are the reach task's (the cube tasks read
+    ``manipulation.*``).
     """
 
-    name: str = option('reach', 'Task to learn: reach (the UR5 flange to a point), gym:ID (a '
+    name: str = option('reach', 'Task to learn: reach (the UR5 flange to a point), push or '
+                       'pick_and_place (the UR5 and its gripper move a cube, simulation '
+                       'only), gym:ID (a '
                        'Gymnasium goal-conditioned env, simulation only, e.g. '
                        'gym:PandaPush-v3) or a task another package registers under the '
                        'async_rl_ros.tasks entry point group.', read_only=True)
@@ -125,6 +129,50 @@ class SafetyConfig(Section):
                 raise ConfigError(f'{prefix}joint_upper[{i}]', hi,
                                   f'> joint_lower[{i}] + 2 * joint_margin = '
                                   f'{lo + 2 * self.joint_margin:g}', source)
+
+
+@dataclasses.dataclass
+class ManipulationConfig(Section):
+    """
+    The tasks that move an object: ``push`` and ``pick_and_place`` (a gripper and a cube).
+
+    Positions are in the base frame; the cube (5 cm) rests on a table whose top lies
+    ``0.025`` m above the robot's mounting plane. Reach and Gymnasium tasks do not use it.
+    """
+
+    action: str = option('cartesian', 'What the arm part of an action commands: cartesian (a '
+                         "fingertip velocity, converted to joint velocities by the arm's "
+                         'differential kinematics, the gripper held pointing down) or joint '
+                         '(joint velocities, as in reach).', choices=('cartesian', 'joint'))
+    ee_speed: float = option(0.25, 'Fingertip speed of a cartesian action 1.0.', unit='m/s',
+                             low=0.0, high=1.0, low_open=True)
+    object_low: list[float] = option([-0.60, -0.20], 'Lower corner (x, y) of the box the cube '
+                                     'starts in.', unit='m', low=-2.0, high=2.0, length=2)
+    object_high: list[float] = option([-0.42, -0.02], 'Upper corner (x, y) of the box the cube '
+                                      'starts in.', unit='m', low=-2.0, high=2.0, length=2)
+    goal_low: list[float] = option([-0.65, -0.25], 'Lower corner (x, y) of the box targets are '
+                                   'drawn in.', unit='m', low=-2.0, high=2.0, length=2)
+    goal_high: list[float] = option([-0.37, 0.03], 'Upper corner (x, y) of the box targets are '
+                                    'drawn in.', unit='m', low=-2.0, high=2.0, length=2)
+    goal_height: float = option(0.2, 'Highest pick_and_place target above the resting cube.',
+                                unit='m', low=0.0, high=0.5)
+    air_fraction: float = option(0.5, 'Share of pick_and_place targets above the table (the '
+                                 'others lie on it).', low=0.0, high=1.0)
+    success_distance: float = option(0.05, 'Distance of the cube to its target that counts as '
+                                     'success (the Fetch and panda-gym convention).', unit='m',
+                                     low=0.0, high=1.0, low_open=True)
+    reward: str = option('sparse', 'sparse: -1 until the cube is within success_distance, '
+                         "then 0; shaped: that plus 0.5 * (1 - tanh(d / 0.1)) of the cube's "
+                         'distance d to the target.', choices=('sparse', 'shaped'))
+    grip_force: float = option(40.0, 'Force the fingers close with (Robotiq 2F-85: 20-235 N).',
+                               unit='N', low=20.0, high=235.0)
+    grip_speed: float = option(0.1, 'Speed the gripper opens and closes at (2F-85: '
+                               '0.02-0.15 m/s).', unit='m/s', low=0.02, high=0.15)
+
+    def check(self, source: str | None, prefix: str) -> None:
+        """Check that the start and goal boxes are not empty."""
+        check_box(self.object_low, self.object_high, prefix + 'object', source)
+        check_box(self.goal_low, self.goal_high, prefix + 'goal', source)
 
 
 @dataclasses.dataclass
@@ -218,6 +266,7 @@ class EnvWorkerConfig(Section):
     seed: int = option(0, 'Seed of the environment and of exploration noise.',
                        low=0, high=2**31 - 1, read_only=True)
     task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+    manipulation: ManipulationConfig = dataclasses.field(default_factory=ManipulationConfig)
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
     rtde: RTDEConfig = dataclasses.field(default_factory=RTDEConfig)

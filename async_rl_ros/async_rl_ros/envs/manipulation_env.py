@@ -1,0 +1,197 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Gymnasium environment of the UR5 cube tasks (push, pick_and_place) in the simulated cell.
+
+A cartesian action is a fingertip velocity (``manipulation.ee_speed`` per unit); resolved-rate
+control turns it into joint velocities with the damped least-squares inverse of the 6x6
+Jacobian of the grasp point (Wampler 1986), its angular part holding the gripper in the
+home orientation (pointing down). Joint velocities, cartesian or not, then pass the same
+:class:`~async_rl_ros.envs.safety.SafetyFilter` as every arm command, which here guards the
+fingertips too (:data:`~async_rl_ros.envs.ur5_urdf.FINGERTIP`): the box floor keeps them
+above the table. The last action value sets the gripper's opening.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
+from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.manipulation_task import ManipulationTask, OBS_DIM, OBS_SLICES
+from async_rl_ros.envs.pybullet_scene import PyBulletCell
+from async_rl_ros.envs.reach_task import ReachTask
+from async_rl_ros.envs.safety import SafetyFilter
+from async_rl_ros.envs.ur5_kinematics import fk, jacobian
+from async_rl_ros.envs.ur5_urdf import FINGERTIP, GRASP_POINT, STROKE
+import gymnasium as gym
+import numpy as np
+import transforms3d
+
+__all__ = ['UR5ManipulationEnv', 'cartesian_to_joints']
+
+_OBS_BOUND = 10.0    # |value| an observation is clipped to (positions, velocities)
+_DAMPING = 0.05      # damped least squares lambda
+_ORIENT_GAIN = 4.0   # 1/s: how fast an orientation error is corrected
+
+
+def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
+                        max_speed: np.ndarray) -> np.ndarray:
+    """
+    Return joint velocities (rad/s) that move the grasp point at ``velocity`` (m/s).
+
+    :param q: joint positions (rad).
+    :param velocity: wanted grasp-point velocity, base frame (m/s).
+    :param hold: 3x3 orientation the gripper is steered back to.
+    :param max_speed: joint speed caps (rad/s); the whole vector is scaled to respect them,
+        so the direction of motion is kept.
+    """
+    jac, pose = jacobian(q, GRASP_POINT)
+    error = hold @ pose[:3, :3].T                       # rotation taking current to held
+    axis, angle = transforms3d.axangles.mat2axangle(error)
+    twist = np.concatenate([velocity, _ORIENT_GAIN * angle * np.asarray(axis)])
+    damped = jac @ jac.T + _DAMPING ** 2 * np.eye(6)
+    qd = jac.T @ np.linalg.solve(damped, twist)
+    over = float(np.max(np.abs(qd) / max_speed))
+    return qd / over if over > 1.0 else qd
+
+
+class UR5ManipulationEnv(gym.Env):
+    """
+    Move a cube with the UR5 and its gripper (simulation).
+
+    :param cfg: worker configuration (task, manipulation, safety, simulation sections).
+    :param task: the task plug-in (push or pick_and_place).
+    :param render_mode: ``None``, ``'human'`` (PyBullet GUI) or ``'rgb_array'``.
+    """
+
+    metadata = {'render_modes': ['human', 'rgb_array'], 'render_fps': 25}
+
+    def __init__(self, cfg: EnvWorkerConfig, task: ManipulationTask,
+                 render_mode: str | None = None):
+        super().__init__()
+        if render_mode not in (None, *self.metadata['render_modes']):
+            raise ConfigError('render_mode', render_mode,
+                              'one of None, ' + ', '.join(self.metadata['render_modes']))
+        check_render_mode(render_mode)
+        cfg.validate()
+        task.check(cfg)
+        self.cfg = cfg = copy.deepcopy(cfg)
+        self.task = task
+        self.spec_ = task.spec(cfg)
+        self.goal = self.spec_.goal
+        self.render_mode = render_mode
+        self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
+        self.start = ReachTask(cfg.task)   # home pose and its noise, as for reach
+        self.safety = SafetyFilter(cfg.safety, cfg.task.dt, tool_length=FINGERTIP)
+        sim = SimConfig(physics_hz=cfg.sim.physics_hz, gui=cfg.sim.gui or render_mode == 'human',
+                        real_time=cfg.sim.real_time)
+        self.backend = PyBulletCell(sim, cfg.task.dt, cfg.manipulation)
+        self.max_speed = np.array([cfg.task.action_scale * v for v in cfg.safety.max_joint_speed])
+        self.hold = fk(np.asarray(cfg.task.home_q))[:3, :3]
+        self.cartesian = cfg.manipulation.action == 'cartesian'
+        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(self.spec_.act_dim,),
+                                           dtype=np.float32)
+        self.observation_space = gym.spaces.Box(-_OBS_BOUND, _OBS_BOUND, shape=(OBS_DIM,),
+                                                dtype=np.float32)
+        self.target = np.zeros(3)
+        self.steps = 0
+        self.q = np.asarray(cfg.task.home_q, dtype=np.float64)
+        self.qd = np.zeros(6)
+        self._interventions_at_reset = 0
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        """
+        Bring the arm near home with the gripper open, put the cube down, draw a target.
+
+        ``options`` may force the start joints (``'q'``), the cube's (x, y) (``'cube'``) or the
+        target (``'target'``).
+        """
+        super().reset(seed=seed)
+        options = options or {}
+        m, rng = self.cfg.manipulation, self.np_random
+        q = options.get('q')
+        if q is None:
+            q = self.start.sample_start(rng, self.safety.pose_ok)
+        cube = options.get('cube')
+        if cube is None:
+            cube = rng.uniform(m.object_low, m.object_high)
+        # The cube starts square to the fingers, as in Fetch and panda-gym.
+        state = self.backend.reset_cell(np.asarray(q, dtype=np.float64), np.asarray(cube), 0.0)
+        target = options.get('target')
+        self.target = (np.asarray(target, dtype=np.float64) if target is not None
+                       else self.task.sample_goal(m, np.asarray(cube), rng))
+        self.backend.show_target(self.target)
+        self.safety.reset()
+        self._interventions_at_reset = self.safety.interventions
+        self.steps = 0
+        self.q, self.qd = state.q, state.qd
+        obs = self._observation()
+        return obs, self._info(obs)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """Turn the action into joint velocities and an opening; filter; simulate one period."""
+        a = np.clip(np.nan_to_num(np.asarray(action, dtype=np.float64), nan=0.0), -1.0, 1.0)
+        if self.cartesian:
+            request = cartesian_to_joints(self.q, a[:3] * self.cfg.manipulation.ee_speed,
+                                          self.hold, self.max_speed)
+        else:
+            request = a[:6] * self.max_speed
+        command = self.safety(self.q, request)
+        self.backend.set_gripper((a[-1] + 1.0) / 2.0 * STROKE)
+        state = self.backend.step(command)
+        self.q, self.qd = state.q, state.qd
+        self.steps += 1
+        obs = self._observation()
+        info = self._info(obs)
+        reward = float(self.goal.compute_reward(obs[OBS_SLICES['cube']],
+                                                obs[OBS_SLICES['target']], None))
+        terminated = bool(info['is_success'] and self.goal.terminate_on_success)
+        truncated = self.steps >= self.cfg.task.max_episode_steps
+        return obs, reward, terminated, truncated, info
+
+    def _observation(self) -> np.ndarray:
+        cell = self.backend.cell()
+        angle_axis = transforms3d.quaternions.quat2axangle(
+            [cell.cube_quat[3], *cell.cube_quat[:3]])
+        parts = {'q': self.q, 'qd': self.qd, 'tcp': cell.tcp, 'tcp_vel': cell.tcp_vel,
+                 'width': [cell.width], 'cube': cell.cube,
+                 'cube_rot': np.asarray(angle_axis[0]) * angle_axis[1],
+                 'cube_vel': cell.cube_vel, 'cube_spin': cell.cube_spin,
+                 'to_cube': cell.cube - cell.tcp, 'target': self.target}
+        obs = np.empty(OBS_DIM, dtype=np.float32)
+        for name, part in parts.items():
+            obs[OBS_SLICES[name]] = part
+        return np.clip(obs, -_OBS_BOUND, _OBS_BOUND, out=obs)
+
+    def _info(self, obs: np.ndarray) -> dict[str, Any]:
+        cube, target = obs[OBS_SLICES['cube']], obs[OBS_SLICES['target']]
+        distance = float(np.linalg.norm(cube.astype(np.float64) - target))
+        return {'distance': distance,
+                'is_success': bool(distance < self.cfg.manipulation.success_distance),
+                'safety': self.safety.last_reasons,
+                'interventions': self.safety.interventions - self._interventions_at_reset}
+
+    def render(self) -> np.ndarray | None:
+        """Return an RGB frame in ``rgb_array`` mode; the GUI draws itself in ``human`` mode."""
+        if self.render_mode == 'rgb_array':
+            return self.backend.render_rgb()
+        return None
+
+    def close(self) -> None:
+        """Release the simulator."""
+        self.backend.close()

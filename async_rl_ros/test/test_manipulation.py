@@ -1,0 +1,130 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The UR5 cube tasks: the gripper holds, the scripts succeed, the fingers stay up."""
+
+import subprocess
+import sys
+
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.envs.manipulation_task import OBS_SLICES, REST_HEIGHT
+from async_rl_ros.envs.scripted import ScriptedPickPolicy, ScriptedPushPolicy
+from async_rl_ros.envs.tasks import get_task
+from async_rl_ros.envs.ur5_kinematics import fk_position
+from async_rl_ros.envs.ur5_urdf import FINGERTIP
+import gymnasium as gym
+import numpy as np
+import pytest
+
+
+def _env(task: str, **flat):
+    cfg = EnvWorkerConfig().replace(**{'task.name': task, **flat})
+    return get_task(task).make_env(cfg), cfg
+
+
+@pytest.mark.parametrize('task, script', [('push', ScriptedPushPolicy),
+                                          ('pick_and_place', ScriptedPickPolicy)])
+def test_a_scripted_oracle_succeeds_on_nine_of_ten_episodes(task, script):
+    """Proof that the physics allow the task with the shipped defaults."""
+    env, cfg = _env(task)
+    policy = script(cfg.manipulation.ee_speed)
+    wins, episodes = 0, 30
+    for seed in range(episodes):
+        obs, info = env.reset(seed=1000 + seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(policy(obs))
+            done = terminated or truncated
+        wins += info['is_success']
+    env.close()
+    assert wins >= 0.9 * episodes, f'{wins} of {episodes}'
+
+
+def test_the_fingers_hold_a_lifted_cube():
+    env, _ = _env('pick_and_place')
+    obs, _ = env.reset(seed=3, options={'cube': [-0.5, -0.1], 'target': [-0.5, -0.1, 0.2]})
+    policy = ScriptedPickPolicy(0.25)
+    for _ in range(100):
+        obs, *_ = env.step(policy(obs))
+    cube = obs[OBS_SLICES['cube']]
+    assert cube[2] > REST_HEIGHT + 0.1                    # in the air, held
+    assert float(obs[OBS_SLICES['width']][0]) == pytest.approx(0.05, abs=0.006)
+    env.close()
+
+
+@pytest.mark.parametrize('action', ['cartesian', 'joint'])
+def test_random_actions_keep_the_fingertips_above_the_table(action):
+    env, cfg = _env('push', **{'manipulation.action': action})
+    floor = cfg.safety.workspace_low[2] + cfg.safety.workspace_margin
+    rng = np.random.default_rng(0)
+    lowest = np.inf
+    for episode in range(3):
+        env.reset(seed=episode)
+        for _ in range(100):
+            a = rng.uniform(-1, 1, env.action_space.shape)
+            a[2 if action == 'cartesian' else 1] = -1.0 if action == 'cartesian' else 1.0
+            env.step(a.astype(np.float32))
+            lowest = min(lowest, fk_position(env.q, FINGERTIP)[2])
+    env.close()
+    assert floor - 1e-3 <= lowest < floor + 0.02   # it pressed down and was stopped there
+
+
+def test_cartesian_action_moves_the_grasp_point_and_holds_the_orientation():
+    env, _ = _env('push')
+    obs, _ = env.reset(seed=0)
+    start = obs[OBS_SLICES['tcp']].copy()
+    for _ in range(10):
+        obs, *_ = env.step(np.array([0.0, 1.0, 0.0, 1.0], dtype=np.float32))
+    moved = obs[OBS_SLICES['tcp']] - start
+    assert moved[1] > 0.05 and abs(moved[0]) < 0.01 and abs(moved[2]) < 0.01
+    rotation = env.backend.cell().tcp_rot
+    assert rotation[:, 2] @ np.array([0.0, 0.0, -1.0]) > 0.999   # still pointing down
+    env.close()
+
+
+def test_the_tasks_are_registered_with_gymnasium_and_relabel_the_cube():
+    env = gym.make('async_rl_ros/UR5PickAndPlace-v0')
+    obs, _ = env.reset(seed=0)
+    assert set(obs) == {'observation', 'achieved_goal', 'desired_goal'}
+    np.testing.assert_allclose(obs['achieved_goal'][2], REST_HEIGHT, atol=1e-3)
+    far = obs['achieved_goal'] + np.array([0.0, 0.0, 0.2], dtype=np.float32)
+    assert env.unwrapped.compute_reward(obs['achieved_goal'], far, {}) == -1.0
+    assert env.unwrapped.compute_reward(obs['achieved_goal'], obs['achieved_goal'], {}) == 0.0
+    env.close()
+
+
+@pytest.mark.parametrize('flat, key', [
+    ({'backend': 'ur5'}, 'backend'),
+    ({'manipulation.goal_low': [-0.95, -0.25]}, 'manipulation.goal_low[x]'),
+    ({'manipulation.goal_height': 0.5, 'safety.workspace_high': [-0.15, 0.35, 0.5]},
+     'manipulation.goal_height'),
+])
+def test_what_the_cell_cannot_do_is_refused_naming_the_key(flat, key):
+    cfg = EnvWorkerConfig().replace(**{'task.name': 'pick_and_place', **flat})
+    with pytest.raises(ConfigError) as err:
+        get_task('pick_and_place').check(cfg)
+    assert err.value.key == key
+
+
+def test_the_cli_runs_each_task_s_scripted_controller():
+    cmd = [sys.executable, '-m', 'async_rl_ros.local.cli', '--task', 'pick_and_place',
+           '--policy', 'scripted', '--episodes', '3']
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert 'pick_and_place, scripted policy' in result.stdout
+    assert 'success rate          100.0 %' in result.stdout
+    joint = subprocess.run([*cmd[:-2], '--episodes', '1', '--set', 'manipulation.action=joint'],
+                           capture_output=True, text=True, timeout=300)
+    assert joint.returncode == 2
+    assert 'manipulation.action' in joint.stderr and 'Traceback' not in joint.stderr
