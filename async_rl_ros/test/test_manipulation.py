@@ -128,3 +128,11 @@ def test_the_cli_runs_each_task_s_scripted_controller():
                            capture_output=True, text=True, timeout=300)
     assert joint.returncode == 2
     assert 'manipulation.action' in joint.stderr and 'Traceback' not in joint.stderr
+
+
+def test_the_run_summary_says_the_cube_tasks_filter_their_commands_in_simulation_only():
+    cfg = EnvWorkerConfig().replace(**{'task.name': 'push'})
+    facts = get_task('push').spec(cfg).describe()
+    assert facts['safety_filter'] is True
+    assert 'never runs on a physical arm' in facts['note']
+    assert 'no safety filter' not in facts['note']

@@ -125,8 +125,9 @@ class TaskSpec:
     :param act_layout: the action, likewise; ``arm`` drives the arm, ``gripper`` the gripper.
     :param goal: the goal spec for hindsight relabeling; ``None`` for a task without goals.
     :param rank: the metric that orders evaluated policies after the success rate.
-    :param real_arm: whether the task may run on a physical arm behind the safety filter; a
-        simulation-only task (any Gymnasium env) has neither.
+    :param real_arm: whether the task may run on a physical arm (behind the safety filter).
+    :param safety_filter: whether every command passes the safety filter; ``None``: as
+        ``real_arm`` (a simulated UR5 task filters its commands too, a Gymnasium env does not).
     :param goal_free: observation entries that do not depend on the desired goal (the
         ``observation`` part of the goal-conditioned dict view).
     """
@@ -137,9 +138,12 @@ class TaskSpec:
     goal: GoalSpec | None
     rank: RankMetric = FINAL_DISTANCE
     real_arm: bool = False
+    safety_filter: bool | None = None
     goal_free: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.safety_filter is None:
+            object.__setattr__(self, 'safety_filter', bool(self.real_arm))
         for what, layout in (('obs_layout', self.obs_layout), ('act_layout', self.act_layout)):
             names = [name for name, _ in layout]
             if not layout or len(set(names)) != len(names):
@@ -179,10 +183,10 @@ class TaskSpec:
                  'obs_layout': {n: int(w) for n, w in self.obs_layout},
                  'act_layout': {n: int(w) for n, w in self.act_layout},
                  'hindsight_relabeling': self.goal is not None,
-                 'safety_filter': self.real_arm}
+                 'safety_filter': self.safety_filter}
         if not self.real_arm:
-            facts['note'] = ('simulation only: this task has no safety filter and never runs '
-                             'on a physical arm')
+            facts['note'] = 'simulation only: this task never runs on a physical arm' + (
+                '' if self.safety_filter else ' and has no safety filter')
         return facts
 
 

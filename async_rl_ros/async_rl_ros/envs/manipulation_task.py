@@ -125,7 +125,8 @@ class ManipulationTask:
         goal = CubeGoalSpec(cfg.manipulation, bool(cfg.task.terminate_on_success))
         free = tuple(name for name, _ in OBS_LAYOUT if name != 'target')
         return TaskSpec(self.name, OBS_LAYOUT, (('arm', arm), ('gripper', 1)), goal,
-                        FINAL_DISTANCE, real_arm=False, goal_free=free)
+                        FINAL_DISTANCE, real_arm=False, safety_filter=True,
+                        goal_free=free)
 
     def check(self, cfg: EnvWorkerConfig) -> None:
         """Refuse a physical arm (not yet), start poses or boxes the fingertips cannot use."""

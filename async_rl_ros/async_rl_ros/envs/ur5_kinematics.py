@@ -100,16 +100,10 @@ def position_jacobian(q: np.ndarray) -> np.ndarray:
     """
     Return the 3x6 Jacobian of the flange position with respect to the joints (m/rad).
 
-    Column i is ``z_{i-1} x (p - o_{i-1})`` for the revolute joint i.
+    Column i is ``z_{i-1} x (p - o_{i-1})`` for the revolute joint i (the linear rows of
+    :func:`jacobian`).
     """
-    t = np.eye(4)
-    origins, axes = [], []
-    for i in range(6):
-        origins.append(t[:3, 3].copy())
-        axes.append(t[:3, 2].copy())
-        t = t @ _link(i, q[i])
-    p = t[:3, 3]
-    return np.stack([np.cross(z, p - o) for z, o in zip(axes, origins)], axis=1)
+    return jacobian(q)[0][:3]
 
 
 def jacobian(q: np.ndarray, tool: float = 0.0) -> tuple[np.ndarray, np.ndarray]:

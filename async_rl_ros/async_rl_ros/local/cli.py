@@ -88,8 +88,7 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
     """Return the end-of-run table from ``summary.json``'s data and the final evaluation."""
     s = summary
     workers = f", worker processes: {s['workers']}" if 'workers' in s else ''
-    rows = [('task', s.get('task', '?') + ('' if s.get('safety_filter', True) else
-                                           ' (simulation only: no safety filter, no real arm)')),
+    rows = [('task', s.get('task', '?') + (f" ({s['note']})" if 'note' in s else '')),
             ('mode', f"{s['mode']}{workers}"),
             ('env steps, updates', f"{s['env_steps']}, {s['updates']}"),
             ('wall time', f"{s['wall_time_s']:.0f} s"),
