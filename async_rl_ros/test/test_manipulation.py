@@ -136,3 +136,19 @@ def test_the_run_summary_says_the_cube_tasks_filter_their_commands_in_simulation
     assert facts['safety_filter'] is True
     assert 'never runs on a physical arm' in facts['note']
     assert 'no safety filter' not in facts['note']
+
+
+def test_pressing_into_the_table_still_moves_the_fingers_along_it():
+    """A cartesian action into the floor slides along it: the filter need not brake it all."""
+    env, _ = _env('push')
+    obs, _ = env.reset(seed=0, options={'cube': [-0.6, 0.0]})
+    for _ in range(40):   # down onto the box floor
+        obs, _, _, _, info = env.step(np.array([0.0, 0.0, -1.0, -1.0], dtype=np.float32))
+    start, reasons = obs[OBS_SLICES['tcp']].copy(), set()
+    for _ in range(10):   # along -y while still pressing down
+        obs, _, _, _, info = env.step(np.array([0.0, -1.0, -1.0, -1.0], dtype=np.float32))
+        reasons.update(info['safety'])
+    moved = obs[OBS_SLICES['tcp']] - start
+    assert moved[1] < -0.05 and abs(moved[2]) < 0.005
+    assert 'workspace' not in reasons
+    env.close()

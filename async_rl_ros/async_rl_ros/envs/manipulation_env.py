@@ -46,6 +46,7 @@ __all__ = ['UR5ManipulationEnv', 'cartesian_to_joints']
 _OBS_BOUND = 10.0    # |value| an observation is clipped to (positions, velocities)
 _DAMPING = 0.05      # damped least squares lambda
 _ORIENT_GAIN = 4.0   # 1/s: how fast an orientation error is corrected
+_FACE_GAP = 0.005    # m: a cartesian action stops this far inside the safety box
 
 
 def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
@@ -147,8 +148,8 @@ class UR5ManipulationEnv(gym.Env):
         """Turn the action into joint velocities and an opening; filter; simulate one period."""
         a = np.clip(np.nan_to_num(np.asarray(action, dtype=np.float64), nan=0.0), -1.0, 1.0)
         if self.cartesian:
-            request = cartesian_to_joints(self.q, a[:3] * self.cfg.manipulation.ee_speed,
-                                          self.hold, self.max_speed)
+            velocity = self._inside_box(a[:3] * self.cfg.manipulation.ee_speed)
+            request = cartesian_to_joints(self.q, velocity, self.hold, self.max_speed)
         else:
             request = a[:6] * self.max_speed
         command = self.safety(self.q, request)
@@ -163,6 +164,25 @@ class UR5ManipulationEnv(gym.Env):
         terminated = bool(info['is_success'] and self.goal.terminate_on_success)
         truncated = self.steps >= self.cfg.task.max_episode_steps
         return obs, reward, terminated, truncated, info
+
+    def _inside_box(self, velocity: np.ndarray) -> np.ndarray:
+        """
+        Slow each axis of a fingertip velocity (m/s) that would leave the safety box.
+
+        As panda-gym clips its end-effector target to the workspace: a cartesian action
+        towards a face closes half the remaining gap a step, so the flange and the fingertips
+        approach the box (the table) without the filter having to brake the whole command --
+        which stops the other axes too. The filter still guards every joint command.
+        """
+        box = self.safety
+        lo = np.asarray(box.box_low) + _FACE_GAP
+        hi = np.asarray(box.box_high) - _FACE_GAP
+        span = 2.0 * self.cfg.task.dt
+        out = np.asarray(velocity, dtype=np.float64)
+        for point in box.points(self.q):
+            p = np.asarray(point)
+            out = np.clip(out, np.minimum((lo - p) / span, 0.0), np.maximum((hi - p) / span, 0.0))
+        return out
 
     def _observation(self) -> np.ndarray:
         cell = self.backend.cell()

@@ -126,7 +126,7 @@ class ScriptedPickPolicy(_CubeScript):
                 lifted = max(target[2], REST_HEIGHT_SCRIPT + 0.04)
                 return self.toward(tcp, np.array([*target[:2], lifted]) - offset, -1.0)
             return self.toward(tcp, target - offset, -1.0)
-        if tcp[2] - cube[2] < 0.015 and across < 0.025:
+        if tcp[2] - cube[2] < 0.02 and across < 0.025:
             return self.toward(tcp, tcp, -1.0)          # down there: close on it
         if across < 0.01:
             return self.toward(tcp, cube, 1.0)          # above it: go down, open
