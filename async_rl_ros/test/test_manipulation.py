@@ -152,3 +152,13 @@ def test_pressing_into_the_table_still_moves_the_fingers_along_it():
     assert moved[1] < -0.05 and abs(moved[2]) < 0.005
     assert 'workspace' not in reasons
     env.close()
+
+
+def test_a_non_finite_action_stops_the_arm_and_is_counted():
+    env, _ = _env('push')
+    env.reset(seed=0)
+    for _ in range(5):
+        env.step(np.array([1.0, 0.0, 0.0, 1.0], dtype=np.float32))
+    _, _, _, _, info = env.step(np.array([np.nan, 0.0, 0.0, 1.0], dtype=np.float32))
+    assert 'non_finite' in info['safety']
+    env.close()

@@ -146,8 +146,11 @@ class UR5ManipulationEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         """Turn the action into joint velocities and an opening; filter; simulate one period."""
-        a = np.clip(np.nan_to_num(np.asarray(action, dtype=np.float64), nan=0.0), -1.0, 1.0)
-        if self.cartesian:
+        raw = np.asarray(action, dtype=np.float64)
+        a = np.clip(np.nan_to_num(raw, nan=0.0), -1.0, 1.0)
+        if not np.all(np.isfinite(raw[:-1])):
+            request = np.full(6, np.nan)  # the filter brakes and counts it (non_finite)
+        elif self.cartesian:
             velocity = self._inside_box(a[:3] * self.cfg.manipulation.ee_speed)
             request = cartesian_to_joints(self.q, velocity, self.hold, self.max_speed)
         else:
