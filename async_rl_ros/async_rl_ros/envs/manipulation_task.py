@@ -47,7 +47,7 @@ from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, ManipulationConfig
 from async_rl_ros.core.tasks import FINAL_DISTANCE, layout_slices, TaskSpec
-from async_rl_ros.envs.safety import start_fit
+from async_rl_ros.envs.reach_task import check_starts
 from async_rl_ros.envs.ur5_urdf import FINGERTIP
 import numpy as np
 
@@ -134,12 +134,7 @@ class ManipulationTask:
             raise ConfigError('backend', cfg.backend, f'sim: the {self.name} task runs in '
                               'simulation only for now (the gripper and the cube pose of a '
                               'physical cell are not wired to the worker yet)')
-        home_ok, fit = start_fit(cfg.task, cfg.safety, tool_length=FINGERTIP)
-        if not home_ok or fit < 50:
-            raise ConfigError('task.home_q', cfg.task.home_q,
-                              'a pose whose flange and fingertips lie in the safety box, with '
-                              'task.home_noise keeping at least 50 of 200 starts there '
-                              f'(home {"passes" if home_ok else "fails"}, {fit} starts do)')
+        check_starts(cfg, tool_length=FINGERTIP)
         m, box = cfg.manipulation, cfg.safety
         lo = [v + box.workspace_margin for v in box.workspace_low]
         hi = [v - box.workspace_margin for v in box.workspace_high]

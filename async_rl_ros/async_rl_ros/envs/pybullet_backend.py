@@ -51,17 +51,22 @@ class PyBulletUR5:
         # Plain pybullet calls with an explicit client id: a BulletClient wrapper costs a
         # partial() per call, measurable at thousands of steps per second.
         self.cid = pybullet.connect(mode)
-        pybullet.setGravity(0.0, 0.0, -9.81, physicsClientId=self.cid)
-        pybullet.setTimeStep(self.physics_dt, physicsClientId=self.cid)
-        self.robot = pybullet.loadURDF(urdf or ur5_urdf_path(), useFixedBase=True,
-                                       flags=pybullet.URDF_USE_INERTIA_FROM_FILE,
-                                       physicsClientId=self.cid)
+        self.urdf = urdf or ur5_urdf_path()
+        self._load_world()
         self.forces = list(EFFORT_LIMIT)
         self.gui = sim.gui
-        self._marker = None
         self.time = 0.0  # s of simulated time
         self.real_time = bool(sim.real_time)
         self._deadline: float | None = None  # wall-clock end of the current control period
+
+    def _load_world(self) -> None:
+        """Set gravity and the physics step, and load the robot (subclasses add to it)."""
+        pybullet.setGravity(0.0, 0.0, -9.81, physicsClientId=self.cid)
+        pybullet.setTimeStep(self.physics_dt, physicsClientId=self.cid)
+        self.robot = pybullet.loadURDF(self.urdf, useFixedBase=True,
+                                       flags=pybullet.URDF_USE_INERTIA_FROM_FILE,
+                                       physicsClientId=self.cid)
+        self._marker: int | None = None  # the target sphere, drawn on first use (GUI)
 
     # ------------------------------------------------------------------ ArmBackend
     def reset(self, q: np.ndarray) -> ArmState:

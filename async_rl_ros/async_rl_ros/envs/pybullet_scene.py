@@ -60,13 +60,12 @@ class PyBulletCell(PyBulletUR5):
     """
 
     def __init__(self, sim: SimConfig, control_dt: float, cfg: ManipulationConfig):
-        super().__init__(sim, control_dt, urdf=ur5_urdf_path(gripper=True))
         self.grip_force = float(cfg.grip_force)
         self.grip_speed = float(cfg.grip_speed)
         self.width_target = STROKE
-        self._build()
+        super().__init__(sim, control_dt, urdf=ur5_urdf_path(gripper=True))
 
-    def _build(self) -> None:
+    def _rebuild(self) -> None:
         """
         Build the cell afresh: every reset does, so a seeded episode repeats exactly.
 
@@ -74,14 +73,13 @@ class PyBulletCell(PyBulletUR5):
         coupling) that neither ``restoreState`` nor resetting joints clears; a new world costs
         a few milliseconds an episode.
         """
+        pybullet.resetSimulation(physicsClientId=self.cid)
+        self._load_world()
+
+    def _load_world(self) -> None:
+        """Load the arm with its gripper (the base class), then the table and the cube."""
+        super()._load_world()
         cid = self.cid
-        pybullet.resetSimulation(physicsClientId=cid)
-        pybullet.setGravity(0.0, 0.0, -9.81, physicsClientId=cid)
-        pybullet.setTimeStep(self.physics_dt, physicsClientId=cid)
-        self.robot = pybullet.loadURDF(ur5_urdf_path(gripper=True), useFixedBase=True,
-                                       flags=pybullet.URDF_USE_INERTIA_FROM_FILE,
-                                       physicsClientId=cid)
-        self._marker = None
         self.fingers = [link_index(self.robot, name, cid) for name in FINGER_JOINTS]
         self.tcp_link = link_index(self.robot, 'tcp', cid)
         half = CUBE_SIZE / 2
@@ -116,7 +114,7 @@ class PyBulletCell(PyBulletUR5):
 
     def reset_cell(self, q: np.ndarray, cube_xy: np.ndarray, cube_yaw: float) -> ArmState:
         """Put the arm at ``q`` at rest with the gripper open, and the cube on the table."""
-        self._build()
+        self._rebuild()
         for f in self.fingers:
             pybullet.resetJointState(self.robot, f, STROKE / 2, 0.0, physicsClientId=self.cid)
         self.width_target = STROKE

@@ -194,20 +194,22 @@ class ReachGoalSpec:
         return d < self.task.success_distance
 
 
-def check_starts(cfg: EnvWorkerConfig) -> None:
+def check_starts(cfg: EnvWorkerConfig, tool_length: float = 0.0) -> None:
     """
     Refuse a home pose outside the safety limits, or home noise that almost never fits.
 
     Resets rejection-sample ``home_q + noise`` (:meth:`ReachTask.sample_start`): at least
     :data:`MIN_START_FIT` of :data:`START_DRAWS` seeded draws must lie within the limits.
 
+    :param tool_length: a tool whose tip must lie in the box too (the gripper's fingertips).
     :raises ConfigError: naming ``task.home_q`` or ``task.home_noise``.
     """
-    home_ok, fit = start_fit(cfg.task, cfg.safety, START_DRAWS)
+    home_ok, fit = start_fit(cfg.task, cfg.safety, START_DRAWS, tool_length=tool_length)
     if not home_ok:
         raise ConfigError('task.home_q', cfg.task.home_q,
                           'a pose within safety.joint_lower/upper less joint_margin whose '
-                          'flange lies in safety.workspace_low/high less workspace_margin')
+                          'flange' + (' and fingertips lie' if tool_length else ' lies')
+                          + ' in safety.workspace_low/high less workspace_margin')
     if fit < MIN_START_FIT:
         raise ConfigError('task.home_noise', cfg.task.home_noise,
                           f'a noise for which at least {MIN_START_FIT} of {START_DRAWS} '

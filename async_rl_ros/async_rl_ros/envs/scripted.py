@@ -21,11 +21,12 @@ Resolved-rate control with damped least squares (Wampler 1986; Nakamura & Hanafu
 
 from __future__ import annotations
 
+from async_rl_ros.envs.manipulation_task import OBS_SLICES as CUBE_SLICES, REST_HEIGHT
 from async_rl_ros.envs.reach_task import OBS_SLICES
 from async_rl_ros.envs.ur5_kinematics import position_jacobian
 import numpy as np
 
-__all__ = ['ScriptedReachPolicy']
+__all__ = ['ScriptedReachPolicy', 'ScriptedPushPolicy', 'ScriptedPickPolicy']
 
 
 class ScriptedReachPolicy:
@@ -50,9 +51,6 @@ class ScriptedReachPolicy:
         damped = jac @ jac.T + self.damping ** 2 * np.eye(3)
         qd = jac.T @ np.linalg.solve(damped, self.gain * error)  # rad/s
         return np.clip(qd / self.max_speed, -1.0, 1.0).astype(np.float32)
-
-
-REST_HEIGHT_SCRIPT = 0.05  # m: centre of the cube resting on the table
 
 
 class _CubeScript:
@@ -80,14 +78,14 @@ class ScriptedPushPolicy(_CubeScript):
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Return the cartesian action in [-1, 1]^4 for the push task."""
-        s = _slices()
+        s = CUBE_SLICES
         tcp, cube, target = obs[s['tcp']], obs[s['cube']], obs[s['target']]
         line = (target - cube)[:2]
         direction = line / max(float(np.linalg.norm(line)), 1e-6)
         rel = (tcp - cube)[:2]
         along = float(rel @ direction)
         lateral = rel - along * direction
-        low = REST_HEIGHT_SCRIPT + 0.013  # fingertips just above the box floor: the lower side
+        low = REST_HEIGHT + 0.013  # fingertips just above the box floor: the lower side
         behind = cube[:2] - direction * 0.055
         side = float(np.linalg.norm(lateral))
         if along < -0.02 and tcp[2] < low + 0.02 and side < 0.03:
@@ -113,7 +111,7 @@ class ScriptedPickPolicy(_CubeScript):
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Return the cartesian action in [-1, 1]^4 for the pick-and-place task."""
-        s = _slices()
+        s = CUBE_SLICES
         tcp, cube, target = obs[s['tcp']], obs[s['cube']], obs[s['target']]
         width = float(obs[s['width']][0])
         offset = cube - tcp
@@ -123,7 +121,7 @@ class ScriptedPickPolicy(_CubeScript):
         if across < 0.035 and abs(offset[2]) < 0.04 and width < extent + 0.003:
             # held: lift it, carry it over, put it down there
             if np.linalg.norm((target - cube)[:2]) > 0.02:
-                lifted = max(target[2], REST_HEIGHT_SCRIPT + 0.04)
+                lifted = max(target[2], REST_HEIGHT + 0.04)
                 return self.toward(tcp, np.array([*target[:2], lifted]) - offset, -1.0)
             return self.toward(tcp, target - offset, -1.0)
         if tcp[2] - cube[2] < 0.02 and across < 0.025:
@@ -133,8 +131,3 @@ class ScriptedPickPolicy(_CubeScript):
         above = cube[2] + 0.08
         return self.toward(tcp, np.array([cube[0], cube[1],
                                           max(above, tcp[2]) if across > 0.05 else above]), 1.0)
-
-
-def _slices() -> dict[str, slice]:
-    from async_rl_ros.envs.manipulation_task import OBS_SLICES
-    return OBS_SLICES
