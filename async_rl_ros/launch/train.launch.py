@@ -44,7 +44,7 @@ import time
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, RosTransportConfig)
-from async_rl_ros.envs.factory import check_config
+from async_rl_ros.envs.factory import check_config, needs_object_pose
 from async_rl_ros.ros.bag_reader import BagError, check_bag
 import launch
 from launch import LaunchDescription
@@ -78,7 +78,8 @@ def generate_launch_description() -> LaunchDescription:
                               'workers (the env workers only: a worker host).'),
         DeclareLaunchArgument('task', default_value='',
                               description='Task to learn (env_worker task.name): reach, push '
-                              'or pick_and_place (robot:=sim only), gym:ID (a Gymnasium '
+                              'or pick_and_place (with robot:=ur5: the gripper and a camera '
+                              'publishing the cube pose on cell.pose_topic), gym:ID (a Gymnasium '
                               'goal-conditioned env, robot:=sim only) or a task '
                               'registered under the async_rl_ros.tasks entry point group '
                               '(empty: the config value, reach).'),
@@ -322,18 +323,24 @@ def _launch_setup(context) -> list:
                                        args=[rqt, _plotted_topics(perspective)]))
     if robot != 'ur5' or 'workers' not in role or _arg(context, 'skip_preflight') == 'true':
         return entities
-    return _after_preflight(_arg(context, 'robot_ip'), entities)
+    # A cube task on the arm drives the gripper: the preflight checks that it answers, too.
+    arm_cfg = load_node_config(config, 'env_worker', EnvWorkerConfig,
+                               {**task_override, 'backend': 'ur5'})
+    return _after_preflight(_arg(context, 'robot_ip'), config, needs_object_pose(arm_cfg),
+                            entities)
 
 
 class PreflightFailed(RuntimeError):
     """The robot failed its preflight check: the launch ends with a non-zero exit status."""
 
 
-def _after_preflight(robot_ip: str, entities: list) -> list:
-    """Run async-rl-preflight; start ``entities`` only if it exits with status 0."""
-    preflight = ExecuteProcess(
-        cmd=[ExecutableInPackage('async-rl-preflight', PACKAGE), '--robot-ip', robot_ip],
-        name='preflight', output='screen')
+def _after_preflight(robot_ip: str, config: str, gripper: bool, entities: list) -> list:
+    """Run async-rl-preflight (with the gripper); start ``entities`` only if it passes."""
+    cmd = [ExecutableInPackage('async-rl-preflight', PACKAGE), '--robot-ip', robot_ip,
+           '--config', config]
+    if gripper:
+        cmd += ['--gripper', 'robotiq']
+    preflight = ExecuteProcess(cmd=cmd, name='preflight', output='screen')
 
     def on_exit(event, context):
         if event.returncode == 0:

@@ -150,3 +150,15 @@ def test_loop_health_warns_on_new_misses_and_refused_priorities():
     summary['realtime']['refused'] = 'the OS refused SCHED_FIFO priority 40'
     level, message, _, _ = loop_health(summary, misses)
     assert level == 'warn' and 'refused' in message
+
+
+def test_loop_health_shows_interruptions_and_the_cube_poses_of_a_physical_cell():
+    from async_rl_ros.core.workers.step_budget import loop_health, StepBudget
+
+    summary = {**StepBudget(0.04).summary(), 'interruptions': {'policy gate': 2},
+               'object_pose': {'received': 90, 'refused': {'frame': 3, 'future stamp': 1}}}
+    _, _, values, _ = loop_health(summary, 0)
+    assert values['interrupted_policy_gate'] == 2
+    assert values['object_pose_received'] == 90
+    assert values['object_pose_refused_frame'] == 3
+    assert values['object_pose_refused_future_stamp'] == 1

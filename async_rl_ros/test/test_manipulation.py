@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.envs.factory import build_env
 from async_rl_ros.envs.manipulation_task import OBS_SLICES, REST_HEIGHT
 from async_rl_ros.envs.scripted import ScriptedPickPolicy, ScriptedPushPolicy
 from async_rl_ros.envs.tasks import get_task
@@ -105,7 +106,6 @@ def test_the_tasks_are_registered_with_gymnasium_and_relabel_the_cube():
 
 
 @pytest.mark.parametrize('flat, key', [
-    ({'backend': 'ur5'}, 'backend'),
     ({'manipulation.goal_low': [-0.95, -0.25]}, 'manipulation.goal_low[x]'),
     ({'manipulation.goal_height': 0.5, 'safety.workspace_high': [-0.15, 0.35, 0.5]},
      'manipulation.goal_height'),
@@ -130,12 +130,11 @@ def test_the_cli_runs_each_task_s_scripted_controller():
     assert 'manipulation.action' in joint.stderr and 'Traceback' not in joint.stderr
 
 
-def test_the_run_summary_says_the_cube_tasks_filter_their_commands_in_simulation_only():
+def test_the_run_summary_says_the_cube_tasks_filter_their_commands_and_run_on_an_arm():
     cfg = EnvWorkerConfig().replace(**{'task.name': 'push'})
     facts = get_task('push').spec(cfg).describe()
     assert facts['safety_filter'] is True
-    assert 'never runs on a physical arm' in facts['note']
-    assert 'no safety filter' not in facts['note']
+    assert 'note' not in facts   # no 'simulation only' note: a physical cell runs them too
 
 
 def test_pressing_into_the_table_still_moves_the_fingers_along_it():
@@ -161,4 +160,39 @@ def test_a_non_finite_action_stops_the_arm_and_is_counted():
         env.step(np.array([1.0, 0.0, 0.0, 1.0], dtype=np.float32))
     _, _, _, _, info = env.step(np.array([np.nan, 0.0, 0.0, 1.0], dtype=np.float32))
     assert 'non_finite' in info['safety']
+    env.close()
+
+
+def test_a_live_change_reaches_the_cube_tasks_commands_like_reach():
+    """The env worker node's path: a tightened limit from the next step, the rest at reset."""
+    cfg = EnvWorkerConfig().replace(**{'task.name': 'push', 'manipulation.action': 'joint'})
+    env, _ = build_env(cfg)
+    env = env.unwrapped
+    commands = []
+    step = env.backend.step
+
+    def record(qd):
+        commands.append(np.array(qd, dtype=np.float64))
+        return step(qd)
+
+    env.backend.step = record
+    env.reset(seed=0)
+    for _ in range(15):   # past the acceleration ramp
+        env.step(np.array([1.0, 0, 0, 0, 0, 0, 1.0]))
+    assert abs(commands[-1][0]) > 0.5
+    slow = cfg.replace(**{'safety.max_joint_speed': [0.2] * 6, 'manipulation.grip_force': 100.0})
+    change = env.apply_config(slow)
+    assert change.now == ('safety.max_joint_speed',)
+    assert set(change.next_episode) == {'manipulation.grip_force'}
+    before = abs(commands[-1][0])
+    for _ in range(10):
+        env.step(np.array([1.0, 0, 0, 0, 0, 0, 1.0]))
+    # braking from the very next step, as fast as the acceleration limit allows, then held
+    assert abs(commands[-10][0]) < before
+    assert abs(commands[-1][0]) == pytest.approx(cfg.task.action_scale * 0.2)
+    assert env.backend.grip_force == 40.0              # the rest waits for the reset
+    env.reset(seed=1)
+    assert env.backend.grip_force == 100.0
+    with pytest.raises(ConfigError, match='read-only'):
+        env.apply_config(slow.replace(**{'manipulation.action': 'cartesian'}))
     env.close()

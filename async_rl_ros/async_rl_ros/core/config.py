@@ -31,8 +31,8 @@ from typing import Any, Mapping
 from async_rl_ros.core import options
 from async_rl_ros.core.options import (ConfigError, load_yaml_parameters, option, OptionInfo,
                                        parameters_markdown, Section)
-from async_rl_ros.core.sections.env import (EnvWorkerConfig, ManipulationConfig, RTDEConfig,
-                                            SafetyConfig, SimConfig, TaskConfig)
+from async_rl_ros.core.sections.env import (CellConfig, EnvWorkerConfig, ManipulationConfig,
+                                            RTDEConfig, SafetyConfig, SimConfig, TaskConfig)
 from async_rl_ros.core.sections.learning import (BatchSizerConfig, CheckpointConfig,
                                                  DoctorConfig, HindsightConfig, LearnerConfig,
                                                  ReplayConfig, SACConfig)
@@ -51,6 +51,7 @@ __all__ = [
     # the sections
     'TaskConfig',
     'ManipulationConfig',
+    'CellConfig',
     'SafetyConfig',
     'SimConfig',
     'RTDEConfig',

@@ -216,4 +216,8 @@ class Task(Protocol):
         :param cfg: the ``env_worker`` section.
         :param gate: a physical arm's policy gate (``None``: every command passes).
         :param render_mode: Gymnasium's render mode.
+
+        A task whose class sets ``object_pose = True`` moves an object that a physical cell
+        sees from outside (a camera): its ``make_env`` also takes ``object_pose``, the board
+        its transport feeds with that object's pose (``None`` in simulation).
         """

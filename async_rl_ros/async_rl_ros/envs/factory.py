@@ -32,9 +32,11 @@ from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
 from async_rl_ros.core.tasks import TaskSpec
 from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
 from async_rl_ros.core.workers.runtime import BuiltWorker
+from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.tasks import resolve_task
 
-__all__ = ['build_env', 'build_worker', 'check_config', 'evaluation_env', 'worker_seed']
+__all__ = ['build_env', 'build_worker', 'check_config', 'evaluation_env', 'worker_seed',
+           'needs_object_pose']
 
 
 def worker_seed(cfg: EnvWorkerConfig, worker_id: int, restarts: int = 0) -> int:
@@ -47,17 +49,27 @@ def check_config(cfg: EnvWorkerConfig) -> None:
     resolve_task(cfg)
 
 
-def build_env(cfg: EnvWorkerConfig, gate: Any = None) -> tuple[Any, TaskSpec]:
+def needs_object_pose(cfg: EnvWorkerConfig) -> bool:
+    """Whether the worker of ``cfg`` acts on an object pose its transport must feed."""
+    task, _ = resolve_task(cfg)
+    return cfg.backend == 'ur5' and bool(getattr(task, 'object_pose', False))
+
+
+def build_env(cfg: EnvWorkerConfig, gate: Any = None,
+              object_pose: PoseBoard | None = None) -> tuple[Any, TaskSpec]:
     """
     Build (connect) the environment of ``cfg.task.name`` on ``cfg.backend``, with its spec.
 
     :param cfg: the ``env_worker`` section.
     :param gate: the policy gate of a learning worker on a physical arm; ``None`` lets every
         command through (a fixed policy).
+    :param object_pose: the board the transport feeds with the pose of the object a physical
+        cell moves (:func:`needs_object_pose`).
     :raises ConfigError: an unknown task, or a configuration the task refuses.
     """
     task, spec = resolve_task(cfg)
-    env = task.make_env(cfg, gate=gate)
+    extra = {'object_pose': object_pose} if getattr(task, 'object_pose', False) else {}
+    env = task.make_env(cfg, gate=gate, **extra)
     _check_spaces(env, spec)
     return env, spec
 
@@ -68,7 +80,8 @@ def evaluation_env(cfg: EnvWorkerConfig) -> tuple[Any, TaskSpec]:
 
 
 def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
-                 batch_size: int, restarts: int = 0) -> BuiltWorker:
+                 batch_size: int, restarts: int = 0,
+                 object_pose: PoseBoard | None = None) -> BuiltWorker:
     """
     Build (and, for a physical arm, connect) one env worker.
 
@@ -81,12 +94,13 @@ def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
     :param hidden: hidden layer widths of the learner's actor.
     :param batch_size: transitions per batch handed to the transport.
     :param restarts: respawns so far (each gets a new seed).
+    :param object_pose: the board of the object's pose (:func:`needs_object_pose`).
     """
     gate = None
     if cfg.backend == 'ur5':
         from async_rl_ros.envs.rtde_supervisor import PolicyGate
         gate = PolicyGate.from_config(cfg.rtde)
-    env, spec = build_env(cfg, gate)
+    env, spec = build_env(cfg, gate, object_pose)
     seed = worker_seed(cfg, worker_id, restarts)
     source = 'real' if cfg.backend == 'ur5' else 'sim'
     policy = WorkerPolicy(spec.obs_dim, spec.act_dim, hidden, seed)

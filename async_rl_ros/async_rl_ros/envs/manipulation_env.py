@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Gymnasium environment of the UR5 cube tasks (push, pick_and_place) in the simulated cell.
+Gymnasium environment of the UR5 cube tasks (push, pick_and_place), simulated or physical.
 
 A cartesian action is a fingertip velocity (``manipulation.ee_speed`` per unit); resolved-rate
 control turns it into joint velocities with the damped least-squares inverse of the 6x6
@@ -22,6 +22,14 @@ home orientation (pointing down). Joint velocities, cartesian or not, then pass 
 :class:`~async_rl_ros.envs.safety.SafetyFilter` as every arm command, which here guards the
 fingertips too (:data:`~async_rl_ros.envs.ur5_urdf.FINGERTIP`): the box floor keeps them
 above the table. The last action value sets the gripper's opening.
+
+The cell is :class:`~async_rl_ros.envs.pybullet_scene.PyBulletCell` in simulation and
+:class:`~async_rl_ros.envs.real_cell.RealCell` on a physical UR5 (``backend: ur5``), which
+needs the pose board its transport feeds. As in reach, a step the real cell did not run as
+commanded (a hold, a recovery) truncates the episode and says why in ``info['interrupted']``,
+and run-time configuration changes go through the same
+:class:`~async_rl_ros.envs.live_config.LiveConfig` (tightened limits at once, the rest at the
+next reset).
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ from typing import Any
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.live_config import LiveConfig
 from async_rl_ros.envs.manipulation_task import ManipulationTask, OBS_DIM, OBS_SLICES
-from async_rl_ros.envs.pybullet_scene import PyBulletCell
+from async_rl_ros.envs.object_pose import PoseBoard
+from async_rl_ros.envs.reach_env import sample_start
 from async_rl_ros.envs.reach_task import ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
 from async_rl_ros.envs.ur5_kinematics import fk, jacobian
@@ -70,19 +80,22 @@ def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
     return qd / over if over > 1.0 else qd
 
 
-class UR5ManipulationEnv(gym.Env):
+class UR5ManipulationEnv(LiveConfig, gym.Env):
     """
     Move a cube with the UR5 and its gripper (simulation).
 
     :param cfg: worker configuration (task, manipulation, safety, simulation sections).
     :param task: the task plug-in (push or pick_and_place).
     :param render_mode: ``None``, ``'human'`` (PyBullet GUI) or ``'rgb_array'``.
+    :param gate: the policy gate of a learning worker on a physical arm.
+    :param object_pose: where the cube's pose arrives on a physical arm (``backend: ur5``).
     """
 
     metadata = {'render_modes': ['human', 'rgb_array'], 'render_fps': 25}
 
     def __init__(self, cfg: EnvWorkerConfig, task: ManipulationTask,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, gate: Any = None,
+                 object_pose: PoseBoard | None = None):
         super().__init__()
         if render_mode not in (None, *self.metadata['render_modes']):
             raise ConfigError('render_mode', render_mode,
@@ -98,10 +111,8 @@ class UR5ManipulationEnv(gym.Env):
         self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
         self.start = ReachTask(cfg.task)   # home pose and its noise, as for reach
         self.safety = SafetyFilter(cfg.safety, cfg.task.dt, tool_length=FINGERTIP)
-        sim = SimConfig(physics_hz=cfg.sim.physics_hz, gui=cfg.sim.gui or render_mode == 'human',
-                        real_time=cfg.sim.real_time)
-        self.backend = PyBulletCell(sim, cfg.task.dt, cfg.manipulation)
-        self.max_speed = np.array([cfg.task.action_scale * v for v in cfg.safety.max_joint_speed])
+        self.backend = _make_cell(cfg, render_mode, gate, object_pose)
+        self._start_live()   # self.speed: rad/s of action 1.0
         self.hold = fk(np.asarray(cfg.task.home_q))[:3, :3]
         self.cartesian = cfg.manipulation.action == 'cartesian'
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(self.spec_.act_dim,),
@@ -123,19 +134,21 @@ class UR5ManipulationEnv(gym.Env):
         target (``'target'``).
         """
         super().reset(seed=seed)
+        self._episode_boundary()
         options = options or {}
         m, rng = self.cfg.manipulation, self.np_random
         q = options.get('q')
         if q is None:
-            q = self.start.sample_start(rng, self.safety.pose_ok)
+            q = sample_start(self.start, self.safety, self.backend, rng)
         cube = options.get('cube')
         if cube is None:
             cube = rng.uniform(m.object_low, m.object_high)
-        # The cube starts square to the fingers, as in Fetch and panda-gym.
+        # The cube starts square to the fingers, as in Fetch and panda-gym; a physical cell
+        # waits for it in the start box instead, so the target is drawn from where it lies.
         state = self.backend.reset_cell(np.asarray(q, dtype=np.float64), np.asarray(cube), 0.0)
         target = options.get('target')
         self.target = (np.asarray(target, dtype=np.float64) if target is not None
-                       else self.task.sample_goal(m, np.asarray(cube), rng))
+                       else self.task.sample_goal(m, self.backend.cell().cube[:2], rng))
         self.backend.show_target(self.target)
         self.safety.reset()
         self._interventions_at_reset = self.safety.interventions
@@ -146,18 +159,20 @@ class UR5ManipulationEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         """Turn the action into joint velocities and an opening; filter; simulate one period."""
+        self._tighten_pending()
         raw = np.asarray(action, dtype=np.float64)
         a = np.clip(np.nan_to_num(raw, nan=0.0), -1.0, 1.0)
         if not np.all(np.isfinite(raw[:-1])):
             request = np.full(6, np.nan)  # the filter brakes and counts it (non_finite)
         elif self.cartesian:
             velocity = self._inside_box(a[:3] * self.cfg.manipulation.ee_speed)
-            request = cartesian_to_joints(self.q, velocity, self.hold, self.max_speed)
+            request = cartesian_to_joints(self.q, velocity, self.hold, np.asarray(self.speed))
         else:
-            request = a[:6] * self.max_speed
+            request = a[:6] * np.asarray(self.speed)
         command = self.safety(self.q, request)
         self.backend.set_gripper((a[-1] + 1.0) / 2.0 * STROKE)
         state = self.backend.step(command)
+        interrupted = getattr(self.backend, 'interrupted', None)
         self.q, self.qd = state.q, state.qd
         self.steps += 1
         obs = self._observation()
@@ -165,8 +180,20 @@ class UR5ManipulationEnv(gym.Env):
         reward = float(self.goal.compute_reward(obs[OBS_SLICES['cube']],
                                                 obs[OBS_SLICES['target']], None))
         terminated = bool(info['is_success'] and self.goal.terminate_on_success)
-        truncated = self.steps >= self.cfg.task.max_episode_steps
+        truncated = self.steps >= self.cfg.task.max_episode_steps or interrupted is not None
+        if interrupted is not None:
+            info['interrupted'] = interrupted
         return obs, reward, terminated, truncated, info
+
+    def _check_config(self, cfg: EnvWorkerConfig) -> None:
+        self.task.check(cfg)
+
+    def _in_force(self, cfg: EnvWorkerConfig) -> None:
+        self.start = ReachTask(cfg.task)
+        self.spec_ = self.task.spec(cfg)
+        self.goal = self.spec_.goal
+        self.hold = fk(np.asarray(cfg.task.home_q))[:3, :3]
+        self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
 
     def _inside_box(self, velocity: np.ndarray) -> np.ndarray:
         """
@@ -216,5 +243,23 @@ class UR5ManipulationEnv(gym.Env):
         return None
 
     def close(self) -> None:
-        """Release the simulator."""
+        """Release the simulator, or stop and release the physical cell."""
         self.backend.close()
+
+
+def _make_cell(cfg: EnvWorkerConfig, render_mode: str | None, gate: Any,
+               board: PoseBoard | None) -> Any:
+    """Build the simulated cell, or the physical one (which needs the cube pose's board)."""
+    if cfg.backend == 'ur5':
+        if board is None:
+            raise ConfigError('backend', cfg.backend, 'sim, or ur5 under ROS 2 (the cube pose '
+                              'of a physical cell arrives on cell.pose_topic): ros2 launch '
+                              'async_rl_ros train.launch.py task:=push')
+        if render_mode is not None:
+            raise ConfigError('render_mode', render_mode, 'None on a physical arm')
+        from async_rl_ros.envs.real_cell import RealCell
+        return RealCell(cfg, gate, board)
+    from async_rl_ros.envs.pybullet_scene import PyBulletCell
+    sim = SimConfig(physics_hz=cfg.sim.physics_hz, gui=cfg.sim.gui or render_mode == 'human',
+                    real_time=cfg.sim.real_time)
+    return PyBulletCell(sim, cfg.task.dt, cfg.manipulation)

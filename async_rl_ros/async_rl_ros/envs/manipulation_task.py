@@ -53,7 +53,7 @@ import numpy as np
 
 __all__ = ['OBS_LAYOUT', 'OBS_SLICES', 'CubeGoalSpec', 'ManipulationTask', 'UR5PushTask',
            'UR5PickAndPlaceTask', 'GOAL_DRAWS', 'TABLE_TOP', 'CUBE_SIZE', 'CUBE_MASS',
-           'REST_HEIGHT']
+           'REST_HEIGHT', 'CellState']
 
 TABLE_TOP = 0.025   # m above the robot's mounting plane
 CUBE_SIZE = 0.05    # m, edge
@@ -69,6 +69,20 @@ OBS_DIM = sum(w for _, w in OBS_LAYOUT)
 #: Draws a reset may spend on a target farther than the success distance from the cube.
 GOAL_DRAWS = 100
 _SHAPING_SCALE = 0.1  # m: the design write-up's tanh length scale
+
+
+@dataclasses.dataclass
+class CellState:
+    """What the cell shows besides the arm's joints, in the base frame."""
+
+    tcp: np.ndarray           #: grasp point between the pads (m)
+    tcp_vel: np.ndarray       #: its velocity (m/s)
+    tcp_rot: np.ndarray       #: 3x3 orientation of the tcp frame
+    width: float              #: opening between the pads (m)
+    cube: np.ndarray          #: cube centre (m)
+    cube_quat: np.ndarray     #: cube orientation (x, y, z, w)
+    cube_vel: np.ndarray      #: cube linear velocity (m/s)
+    cube_spin: np.ndarray     #: cube angular velocity (rad/s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +132,8 @@ class ManipulationTask:
 
     name = ''
     in_air = False
+    #: A physical cell needs the cube's pose from outside (``make_env(object_pose=...)``).
+    object_pose = True
 
     def spec(self, cfg: EnvWorkerConfig) -> TaskSpec:
         """Describe the task: layouts, the cube's goal, final distance as rank metric."""
@@ -125,15 +141,11 @@ class ManipulationTask:
         goal = CubeGoalSpec(cfg.manipulation, bool(cfg.task.terminate_on_success))
         free = tuple(name for name, _ in OBS_LAYOUT if name != 'target')
         return TaskSpec(self.name, OBS_LAYOUT, (('arm', arm), ('gripper', 1)), goal,
-                        FINAL_DISTANCE, real_arm=False, safety_filter=True,
+                        FINAL_DISTANCE, real_arm=True, safety_filter=True,
                         goal_free=free)
 
     def check(self, cfg: EnvWorkerConfig) -> None:
-        """Refuse a physical arm (not yet), start poses or boxes the fingertips cannot use."""
-        if cfg.backend != 'sim':
-            raise ConfigError('backend', cfg.backend, f'sim: the {self.name} task runs in '
-                              'simulation only for now (the gripper and the cube pose of a '
-                              'physical cell are not wired to the worker yet)')
+        """Refuse start poses or boxes the fingertips cannot use."""
         check_starts(cfg, tool_length=FINGERTIP)
         m, box = cfg.manipulation, cfg.safety
         lo = [v + box.workspace_margin for v in box.workspace_low]
@@ -179,10 +191,17 @@ class ManipulationTask:
         return script(cfg.ee_speed)
 
     def make_env(self, cfg: EnvWorkerConfig, *, gate: Any = None,
-                 render_mode: str | None = None) -> Any:
-        """Build the simulated cell for this task."""
+                 render_mode: str | None = None, object_pose: Any = None) -> Any:
+        """
+        Build the cell for this task: simulated, or physical (``backend: ur5``).
+
+        :param gate: the policy gate of a learning worker on a physical arm.
+        :param object_pose: the :class:`~async_rl_ros.envs.object_pose.PoseBoard` the
+            transport feeds with the cube's pose; a physical cell needs one.
+        """
         from async_rl_ros.envs.manipulation_env import UR5ManipulationEnv
-        return UR5ManipulationEnv(cfg, self, render_mode=render_mode)
+        return UR5ManipulationEnv(cfg, self, render_mode=render_mode, gate=gate,
+                                  object_pose=object_pose)
 
 
 class UR5PushTask(ManipulationTask):

@@ -103,7 +103,7 @@ def _realtime(require: bool) -> Check:
 
 def run_checks(ip: str, frequency: float = 500.0, max_latency_ms: float = 50.0,
                timeout: float = 2.0, require_rt: bool = False,
-               gripper: str = 'none') -> list[Check]:
+               gripper: str = 'none', gripper_port: int = robotiq.PORT) -> list[Check]:
     """
     Run every check against the controller at ``ip``.
 
@@ -112,7 +112,8 @@ def run_checks(ip: str, frequency: float = 500.0, max_latency_ms: float = 50.0,
     :param max_latency_ms: largest acceptable dashboard round trip (ms).
     :param timeout: socket timeout of the reachability probe and of the gripper (s).
     :param require_rt: fail (instead of warn) without real-time scheduling.
-    :param gripper: ``'robotiq'`` adds a 'gripper' check (URCap socket, port 63352).
+    :param gripper: ``'robotiq'`` adds a 'gripper' check (the URCap socket).
+    :param gripper_port: the URCap socket's port (``cell.gripper_port``).
     """
     if gripper not in GRIPPERS:
         raise ValueError(f'unknown gripper {gripper!r}; one of {", ".join(GRIPPERS)}')
@@ -120,7 +121,7 @@ def run_checks(ip: str, frequency: float = 500.0, max_latency_ms: float = 50.0,
     if gripper == 'robotiq' and checks[0].status == FAIL:
         checks.append(Check('gripper', FAIL, 'skipped: controller not reachable'))
     elif gripper == 'robotiq':
-        checks.append(Check('gripper', *robotiq.check_gripper(ip, robotiq.PORT, timeout)))
+        checks.append(Check('gripper', *robotiq.check_gripper(ip, gripper_port, timeout)))
     return checks + [_realtime(require_rt)]
 
 
@@ -237,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                         help='fail when real-time scheduling is not available')
     parser.add_argument('--gripper', choices=GRIPPERS, default='none',
                         help='gripper to check as well: robotiq (2F-85 through the URCap '
-                        'socket, port 63352; read only: activate it on the teach pendant)')
+                        'socket on cell.gripper_port; read only: activate it on the teach '
+                        'pendant)')
     args = parser.parse_args(argv)
     try:
         cfg = load_node_config(args.config, 'env_worker', EnvWorkerConfig)
@@ -246,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     frequency = args.frequency if args.frequency is not None else cfg.rtde.frequency
     checks = run_checks(args.robot_ip, frequency, args.max_latency_ms,
-                        require_rt=args.require_rt, gripper=args.gripper)
+                        require_rt=args.require_rt, gripper=args.gripper,
+                        gripper_port=cfg.cell.gripper_port)
     print(format_table(args.robot_ip, checks), flush=True)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

@@ -23,31 +23,16 @@ own controller does; friction lets them hold the cube.
 
 from __future__ import annotations
 
-import dataclasses
-
-from async_rl_ros.core.config import ManipulationConfig, SimConfig
+from async_rl_ros.core.config import EnvWorkerConfig, ManipulationConfig, SimConfig
 from async_rl_ros.envs.arm import ArmState
-from async_rl_ros.envs.manipulation_task import CUBE_MASS, CUBE_SIZE, REST_HEIGHT, TABLE_TOP
+from async_rl_ros.envs.manipulation_task import (CellState, CUBE_MASS, CUBE_SIZE, REST_HEIGHT,
+                                                 TABLE_TOP)
 from async_rl_ros.envs.pybullet_backend import PyBulletUR5
 from async_rl_ros.envs.ur5_urdf import FINGER_JOINTS, link_index, STROKE, ur5_urdf_path
 import numpy as np
 import pybullet
 
-__all__ = ['PyBulletCell', 'CellState']
-
-
-@dataclasses.dataclass
-class CellState:
-    """What the cell shows besides the arm's joints, in the base frame."""
-
-    tcp: np.ndarray           #: grasp point between the pads (m)
-    tcp_vel: np.ndarray       #: its velocity (m/s)
-    tcp_rot: np.ndarray       #: 3x3 orientation of the tcp frame
-    width: float              #: opening between the pads (m)
-    cube: np.ndarray          #: cube centre (m)
-    cube_quat: np.ndarray     #: cube orientation (x, y, z, w)
-    cube_vel: np.ndarray      #: cube linear velocity (m/s)
-    cube_spin: np.ndarray     #: cube angular velocity (rad/s)
+__all__ = ['PyBulletCell']
 
 
 class PyBulletCell(PyBulletUR5):
@@ -125,6 +110,12 @@ class PyBulletCell(PyBulletUR5):
             physicsClientId=self.cid)
         pybullet.resetBaseVelocity(self.cube, [0.0] * 3, [0.0] * 3, physicsClientId=self.cid)
         return self.reset(q)
+
+    def use_config(self, cfg: EnvWorkerConfig) -> None:
+        """Take the control period and the gripper's force and speed (``manipulation.grip_*``)."""
+        super().use_config(cfg)
+        self.grip_force = float(cfg.manipulation.grip_force)
+        self.grip_speed = float(cfg.manipulation.grip_speed)
 
     def set_gripper(self, width: float) -> None:
         """Command the opening (m) between the pads, clipped to the stroke."""

@@ -22,54 +22,30 @@ A backend may set ``interrupted`` (a reason) when a step did not run as commande
 robot's supervisor recovered from a protective stop, a lost link, a stale state or held still
 for the policy gate): the episode is then truncated and ``info['interrupted']`` says why.
 
-Configuration changes at run time go through :meth:`UR5ReachEnv.apply_config` (the
-``env_worker`` node calls it from its parameter callback; it is thread-safe): a change that
-tightens a limit (:data:`LIMIT_KEYS`) is in force from the very next step, everything else --
-a loosened limit, the control rate, the episode length, the task -- from the next reset.
-Read-only options cannot change.
+Configuration changes at run time go through ``apply_config``
+(:class:`~async_rl_ros.envs.live_config.LiveConfig`): a tightened limit is in force from the
+very next step, everything else -- a loosened limit, the control rate, the episode length,
+the task -- from the next reset.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import threading
-from typing import Any, NamedTuple
+from typing import Any
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
 from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.live_config import ConfigChange, LIMIT_KEYS, LiveConfig
 from async_rl_ros.envs.reach_task import ACT_DIM, check_starts, OBS_HIGH, OBS_LOW, ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
 import gymnasium as gym
 import numpy as np
 
-__all__ = ['UR5ReachEnv', 'make_reach_env', 'ConfigChange', 'LIMIT_KEYS']
-
-#: Limits a run-time change may tighten at once: key -> +1 when a larger value is tighter,
-#: -1 when a smaller one is. The safety filter applies its section itself.
-LIMIT_KEYS = {
-    'task.action_scale': -1, 'rtde.speed_scaling': -1, 'rtde.acceleration': -1,
-    'rtde.reset_speed': -1, 'rtde.reset_acceleration': -1,
-    'safety.joint_lower': +1, 'safety.joint_upper': -1, 'safety.joint_margin': +1,
-    'safety.max_joint_speed': -1, 'safety.max_joint_accel': -1, 'safety.workspace_low': +1,
-    'safety.workspace_high': -1, 'safety.workspace_margin': +1,
-}
-_READ_ONLY = frozenset(name for name, _, info, _ in EnvWorkerConfig.options() if info.read_only)
+__all__ = ['UR5ReachEnv', 'make_reach_env', 'ConfigChange', 'LIMIT_KEYS', 'sample_start']
 
 
-class ConfigChange(NamedTuple):
-    """What :meth:`UR5ReachEnv.apply_config` did with the changed keys."""
-
-    now: tuple[str, ...]           #: tightened limits, in force from the next step
-    next_episode: tuple[str, ...]  #: everything else (loosened limits too), from the next reset
-
-    def __str__(self) -> str:
-        return (f'applied from the next step: {", ".join(self.now) or "-"}; '
-                f'from the next episode: {", ".join(self.next_episode) or "-"}')
-
-
-class UR5ReachEnv(gym.Env):
+class UR5ReachEnv(LiveConfig, gym.Env):
     """
     Reach a target point with the UR5 flange.
 
@@ -98,11 +74,7 @@ class UR5ReachEnv(gym.Env):
         self.task = ReachTask(cfg.task)
         self.safety = SafetyFilter(cfg.safety, cfg.task.dt)
         self.backend = backend if backend is not None else _make_backend(cfg, render_mode)
-        self.speed = _speeds(cfg)  # rad/s of action 1.0
-        self._lock = threading.Lock()
-        self._target = cfg        # the newest accepted configuration
-        self._incoming: EnvWorkerConfig | None = None  # for the stepping thread to tighten
-        _use_config(self.backend, cfg)
+        self._start_live()        # self.speed: rad/s of action 1.0
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(ACT_DIM,), dtype=np.float32)
         self.observation_space = gym.spaces.Box(OBS_LOW, OBS_HIGH, dtype=np.float32)
         self.state: ArmState | None = None
@@ -138,8 +110,7 @@ class UR5ReachEnv(gym.Env):
         """Filter the action, hold it for one control period and score the result."""
         if self.state is None:
             raise RuntimeError('call reset() before step()')
-        if self._incoming is not None:
-            self._tighten()
+        self._tighten_pending()
         # Scalar maths on six values: cheaper than numpy temporaries at thousands of steps/s.
         # NaN passes through min/max here and is zeroed (and counted) by the safety filter.
         request = [min(max(float(x), -1.0), 1.0) * s for x, s in zip(action, self.speed)]
@@ -159,74 +130,15 @@ class UR5ReachEnv(gym.Env):
         return obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ live configuration
-    def apply_config(self, cfg: EnvWorkerConfig) -> ConfigChange:
-        """
-        Take a changed configuration while running (thread-safe; returns at once).
-
-        Tightened limits (:data:`LIMIT_KEYS`) are in force from the next :meth:`step`: the
-        safety filter, the action scale and the backend's limits (``rtde.speed_scaling``...)
-        then enforce what both the old and the new values allow. Everything else -- loosened
-        limits, ``task.control_hz`` (control period and episode length), the task -- takes
-        over at the next :meth:`reset`.
-
-        :param cfg: the new, validated configuration (it is copied).
-        :returns: which changed keys apply from the next step and which from the next episode.
-        :raises ConfigError: a read-only option differs, or the start poses do not fit.
-        """
-        cfg = copy.deepcopy(cfg)
+    def _check_config(self, cfg: EnvWorkerConfig) -> None:
         check_starts(cfg)
-        with self._lock:
-            change = _diff(self._target, cfg)
-            self._target = cfg
-            if change.now:
-                self._incoming = cfg
-        return change
 
-    def _tighten(self) -> None:
-        """Put in force what both the current and the newest limits allow (stepping thread)."""
-        with self._lock:
-            new, self._incoming = self._incoming, None
-        if new is None:
-            return
-        cur = self.cfg
-        self.safety.update(new.safety)
-        task = dataclasses.replace(cur.task, action_scale=min(cur.task.action_scale,
-                                                              new.task.action_scale))
-        rtde = dataclasses.replace(cur.rtde, **{
-            name: min(getattr(cur.rtde, name), getattr(new.rtde, name))
-            for name in ('speed_scaling', 'acceleration', 'reset_speed', 'reset_acceleration')})
-        self.cfg = dataclasses.replace(cur, task=task, safety=self.safety.cfg, rtde=rtde)
-        self.speed = [min(a, b) for a, b in zip(self.speed, _speeds(new))]
-        _use_config(self.backend, self.cfg)
-
-    def _episode_boundary(self) -> None:
-        """Put the newest configuration in force (the arm is about to be reset)."""
-        with self._lock:
-            new, self._incoming = self._target, None
-        if new is self.cfg:
-            return
-        self.safety.update(new.safety)
-        self.safety.episode_boundary(new.task.dt)
-        self.cfg = new
-        self.task = ReachTask(new.task)
-        self.speed = _speeds(new)
-        self.metadata = dict(self.metadata, render_fps=new.task.control_hz)
-        _use_config(self.backend, new)
+    def _in_force(self, cfg: EnvWorkerConfig) -> None:
+        self.task = ReachTask(cfg.task)
+        self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
 
     def _sample_start(self) -> np.ndarray:
-        """Draw a start inside the safety limits that a real arm can also move to."""
-        accept = self.safety.pose_ok
-        if not getattr(self.backend, 'teleports', False):
-            # A real arm moves there on a straight joint path: it must stay in the box too.
-            try:
-                q_now = self.backend.read().q
-            except RuntimeError:  # no fresh state (lost link): the backend's reset recovers
-                return self.task.sample_start(self.np_random, accept)
-            safety = self.safety
-
-            def accept(q: np.ndarray) -> bool:
-                return safety.pose_ok(q) and safety.path_ok(q_now, q)
-        return self.task.sample_start(self.np_random, accept)
+        return sample_start(self.task, self.safety, self.backend, self.np_random)
 
     def render(self) -> np.ndarray | None:
         """Return an RGB frame in ``rgb_array`` mode; the GUI draws itself in ``human`` mode."""
@@ -244,32 +156,24 @@ class UR5ReachEnv(gym.Env):
                 'interventions': self.safety.interventions - self._interventions_at_reset}
 
 
-def _speeds(cfg: EnvWorkerConfig) -> list[float]:
-    return [cfg.task.action_scale * v for v in cfg.safety.max_joint_speed]
+def sample_start(task: ReachTask, safety: SafetyFilter, backend: Any,
+                 rng: np.random.Generator) -> np.ndarray:
+    """
+    Draw a start pose inside the safety limits that the backend's arm can also move to.
 
+    A real arm (a backend that does not ``teleports``) moves there on a straight joint path
+    from where it is: that path must stay in the box too.
+    """
+    accept = safety.pose_ok
+    if not getattr(backend, 'teleports', False):
+        try:
+            q_now = backend.read().q
+        except RuntimeError:  # no fresh state (lost link): the backend's reset recovers
+            return task.sample_start(rng, accept)
 
-def _use_config(backend: ArmBackend, cfg: EnvWorkerConfig) -> None:
-    use = getattr(backend, 'use_config', None)
-    if use is not None:
-        use(cfg)
-
-
-def _diff(old: EnvWorkerConfig, new: EnvWorkerConfig) -> ConfigChange:
-    """Sort the changed keys into tightened limits (now) and the rest (next episode)."""
-    a, b = old.to_flat(), new.to_flat()
-    now, later = [], []
-    for key, value in b.items():
-        if value == a[key]:
-            continue
-        if key in _READ_ONLY:
-            raise ConfigError(key, value, f'{a[key]!r}: read-only while the worker runs')
-        sign = LIMIT_KEYS.get(key)
-        pairs = list(zip(a[key], value)) if isinstance(value, list) else [(a[key], value)]
-        if sign is not None and any(sign * (y - x) > 0 for x, y in pairs):
-            now.append(key)
-        if sign is None or any(sign * (y - x) < 0 for x, y in pairs):
-            later.append(key)
-    return ConfigChange(tuple(now), tuple(later))
+        def accept(q: np.ndarray) -> bool:
+            return safety.pose_ok(q) and safety.path_ok(q_now, q)
+    return task.sample_start(rng, accept)
 
 
 def _make_backend(cfg: EnvWorkerConfig, render_mode: str | None) -> ArmBackend:

@@ -203,9 +203,10 @@ class PolicyGate:
     Whether the policy may drive the real arm; the transport feeds it from any thread.
 
     Closed (the arm holds still) while the policy lags the learner by more than
-    ``max_policy_lag`` versions, while the last weights failed their CRC, or when no learner
-    heartbeat arrived for ``heartbeat_timeout_s``. Random warm-up actions (no policy yet) are
-    not judged by lag.
+    ``max_policy_lag`` versions, while the last weights failed their CRC, when no learner
+    heartbeat arrived for ``heartbeat_timeout_s``, or while an input the policy acts on is
+    unusable (:meth:`watch`: the cube pose of a physical cell, the gripper's link). Random
+    warm-up actions (no policy yet) are not judged by lag.
 
     :param max_policy_lag: largest tolerated lag (versions).
     :param heartbeat_timeout_s: longest silence of the learner (s).
@@ -223,12 +224,24 @@ class PolicyGate:
         self.learner_version = -1
         self.crc_failed = False
         self.last_heartbeat = clock()
+        self._inputs: list[tuple[str, Callable[[], str | None]]] = []
 
     @classmethod
     def from_config(cls, cfg: RTDEConfig, clock: Callable[[], float] = time.monotonic
                     ) -> 'PolicyGate':
         """Build a gate with the limits of ``rtde.*``."""
         return cls(cfg.max_policy_lag, cfg.heartbeat_timeout_s, clock)
+
+    def watch(self, name: str, check: Callable[[], str | None]) -> None:
+        """
+        Also hold the arm while ``check()`` gives a reason: an input the policy acts on.
+
+        :param name: what the input is (``'cube pose'``), the first words of the reason.
+        :param check: returns why the input is unusable, or ``None``; it may raise
+            :class:`NeedsPerson` when the input is lost for good.
+        """
+        with self._lock:
+            self._inputs.append((name, check))
 
     def heartbeat(self, learner_version: int | None = None) -> None:
         """Record a sign of life of the learner (and its current policy version)."""
@@ -267,6 +280,10 @@ class PolicyGate:
             lag = self.learner_version - self.policy_version
             if lag > self.max_policy_lag:
                 return f'policy is {lag} versions behind the learner (max {self.max_policy_lag})'
+        for name, check in self._inputs:
+            why = check()
+            if why is not None:
+                return f'{name}: {why}'
         return None
 
     def wait_open(self, timeout: float) -> str | None:

@@ -104,10 +104,12 @@ class UR5RTDE(Stopping, Moves, Recovery):
     :param gate: policy gate the transport feeds; ``None`` lets every command through (tests,
         evaluation of a fixed policy).
     :param sleep: interruptible wait (s); injectable for tests.
+    :param tool_length: how far the tool tip reaches below the flange (m); reset moves keep
+        it in the workspace box too (a gripper's fingertips).
     """
 
     def __init__(self, cfg: EnvWorkerConfig, gate: PolicyGate | None = None,
-                 sleep: Callable[[float], None] | None = None):
+                 sleep: Callable[[float], None] | None = None, tool_length: float = 0.0):
         self.cfg = cfg
         self.rt = cfg.rtde
         self.ip = cfg.rtde.robot_ip
@@ -116,7 +118,8 @@ class UR5RTDE(Stopping, Moves, Recovery):
         self.substeps = max(1, int(round(self.dt * self.frequency)))
         self.scale = float(cfg.rtde.speed_scaling)
         self.gate = gate
-        self.filter = SafetyFilter(cfg.safety, self.dt)
+        self.tool_length = float(tool_length)
+        self.filter = SafetyFilter(cfg.safety, self.dt, self.tool_length)
         self.stops = ProtectiveStopLog(cfg.rtde.protective_stop_limit,
                                        cfg.rtde.protective_stop_window_s,
                                        cfg.rtde.protective_stop_cooldown_s)
@@ -267,7 +270,7 @@ class UR5RTDE(Stopping, Moves, Recovery):
             self.scale = float(cfg.rtde.speed_scaling)
             self.dt = cfg.task.dt
             self.substeps = max(1, int(round(self.dt * self.frequency)))
-            self.filter = SafetyFilter(cfg.safety, self.dt)
+            self.filter = SafetyFilter(cfg.safety, self.dt, self.tool_length)
 
     def stop(self) -> None:
         """Bring the arm to a standstill (``speedStop``/``servoStop``)."""

@@ -204,6 +204,12 @@ class LocalTransport:
         if env_cfg.backend == 'ur5' and self.num_workers != 1:
             raise ConfigError('local_runner.num_workers', runner.num_workers,
                               'exactly 1 with backend ur5 (one worker drives one physical arm)')
+        from async_rl_ros.envs.factory import needs_object_pose
+        if needs_object_pose(env_cfg):
+            raise ConfigError('backend', env_cfg.backend, f'sim for task {env_cfg.task.name} '
+                              'without ROS 2: a physical cell takes the cube pose from a '
+                              'camera on cell.pose_topic, which the ROS 2 env worker feeds '
+                              '(ros2 launch async_rl_ros train.launch.py task:=push)')
         self.blocking = runner.mode == 'sync'
         self._ctx = mp.get_context('spawn')
         worker_cpus = None

@@ -27,6 +27,8 @@ profile                 policy                                    used by
 ``METRICS``             reliable, volatile, keep last 10          ``learner/metrics/...``,
                                                                   ``learner/stats``
 ``DIAGNOSTICS``         reliable, volatile, keep last 10          ``/diagnostics``
+``OBJECT_POSE``         best effort, volatile, keep last 1        ``cell.pose_topic`` (a camera
+                                                                  -> a physical cube cell)
 ======================  ========================================  ==============================
 """
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 __all__ = ['TRANSITIONS', 'WEIGHTS', 'COMMITS', 'STATUS', 'METRICS', 'DIAGNOSTICS',
-           'PROFILES']
+           'OBJECT_POSE', 'PROFILES']
 
 
 def _profile(depth: int, durability: DurabilityPolicy = DurabilityPolicy.VOLATILE
@@ -57,5 +59,12 @@ METRICS = _profile(10)
 #: ``diagnostic_msgs/DiagnosticArray`` on ``/diagnostics`` (what rqt_robot_monitor reads).
 DIAGNOSTICS = _profile(10)
 
+#: The cube pose from a camera: only the newest matters, and a best-effort subscriber hears
+#: reliable and best-effort publishers alike (a camera driver's sensor-data QoS).
+OBJECT_POSE = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
+                         reliability=ReliabilityPolicy.BEST_EFFORT,
+                         durability=DurabilityPolicy.VOLATILE)
+
 PROFILES = {'TRANSITIONS': TRANSITIONS, 'WEIGHTS': WEIGHTS, 'COMMITS': COMMITS,
-            'STATUS': STATUS, 'METRICS': METRICS, 'DIAGNOSTICS': DIAGNOSTICS}
+            'STATUS': STATUS, 'METRICS': METRICS, 'DIAGNOSTICS': DIAGNOSTICS,
+            'OBJECT_POSE': OBJECT_POSE}

@@ -43,8 +43,8 @@ class TaskConfig(Section):
     """
 
     name: str = option('reach', 'Task to learn: reach (the UR5 flange to a point), push or '
-                       'pick_and_place (the UR5 and its gripper move a cube, simulation '
-                       'only), gym:ID (a '
+                       'pick_and_place (the UR5 and its gripper move a cube; a physical cell '
+                       'under ROS 2 only, see cell.*), gym:ID (a '
                        'Gymnasium goal-conditioned env, simulation only, e.g. '
                        'gym:PandaPush-v3) or a task another package registers under the '
                        'async_rl_ros.tasks entry point group.', read_only=True)
@@ -143,7 +143,8 @@ class ManipulationConfig(Section):
     action: str = option('cartesian', 'What the arm part of an action commands: cartesian (a '
                          "fingertip velocity, converted to joint velocities by the arm's "
                          'differential kinematics, the gripper held pointing down) or joint '
-                         '(joint velocities, as in reach).', choices=('cartesian', 'joint'))
+                         '(joint velocities, as in reach).', choices=('cartesian', 'joint'),
+                         read_only=True)
     ee_speed: float = option(0.25, 'Fingertip speed of a cartesian action 1.0.', unit='m/s',
                              low=0.0, high=1.0, low_open=True)
     object_low: list[float] = option([-0.60, -0.20], 'Lower corner (x, y) of the box the cube '
@@ -173,6 +174,34 @@ class ManipulationConfig(Section):
         """Check that the start and goal boxes are not empty."""
         check_box(self.object_low, self.object_high, prefix + 'object', source)
         check_box(self.goal_low, self.goal_high, prefix + 'goal', source)
+
+
+@dataclasses.dataclass
+class CellConfig(Section):
+    """
+    The physical cube cell: a UR5 with a Robotiq 2F-85 and a cube seen by a camera.
+
+    Used by ``push`` and ``pick_and_place`` on ``backend: ur5`` under ROS 2: the gripper is
+    driven through the Robotiq URCap on ``rtde.robot_ip``, and the cube's pose arrives on
+    ``pose_topic`` from outside (AprilTags, motion capture). Simulation does not use it.
+    """
+
+    pose_topic: str = option('/cube_pose', 'geometry_msgs/PoseStamped topic the cube pose '
+                             'arrives on, in the frame pose_frame.', read_only=True)
+    pose_frame: str = option('base', "frame_id a cube pose must carry: the robot's base frame "
+                             '(no transform is applied); a pose in another frame is refused '
+                             'and counted.', read_only=True)
+    pose_max_age_s: float = option(0.1, 'Oldest cube pose the policy may act on; while the '
+                                   'newest is older, the arm holds still.', unit='s',
+                                   low=0.005, high=2.0)
+    place_timeout_s: float = option(60.0, 'How long a reset waits for the cube to rest in its '
+                                    'start box (manipulation.object_low/high) before asking a '
+                                    'person to put it there.', unit='s', low=1.0, high=3600.0)
+    gripper_port: int = option(63352, 'TCP port of the Robotiq URCap socket on the controller.',
+                               low=1, high=65535, read_only=True)
+    gripper_closed_count: int = option(227, 'Position count of the empty closed 2F-85 (close it '
+                                       'and read GET POS; units differ a little).', low=200,
+                                       high=255, read_only=True)
 
 
 @dataclasses.dataclass
@@ -267,6 +296,7 @@ class EnvWorkerConfig(Section):
                        low=0, high=2**31 - 1, read_only=True)
     task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
     manipulation: ManipulationConfig = dataclasses.field(default_factory=ManipulationConfig)
+    cell: CellConfig = dataclasses.field(default_factory=CellConfig)
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
     rtde: RTDEConfig = dataclasses.field(default_factory=RTDEConfig)

@@ -159,7 +159,8 @@ def loop_health(summary: dict[str, Any], misses_before: int
     :param misses_before: deadline misses at the previous judgement.
     :returns: ``(level, message, values, misses)``: ``'ok'`` or ``'warn'`` (deadlines missed
         since the previous judgement, or a real-time priority the OS refused), a one-line
-        message, flat key-values (step and phase percentiles, misses by cause, priorities),
+        message, flat key-values (step and phase percentiles, misses by cause, interrupted
+        steps by kind, the object poses received and refused by reason, priorities),
         and the miss count to pass next time.
     """
     step = summary.get('step_ms', {})
@@ -173,6 +174,13 @@ def loop_health(summary: dict[str, Any], misses_before: int
     for phase, figures in summary.get('phase_ms', {}).items():
         values[f'{phase}_p99_ms'] = figures.get('p99')
     values.update({f'misses_{cause}': n for cause, n in sorted(misses.items())})
+    values.update({'interrupted_' + kind.replace(' ', '_'): n
+                   for kind, n in sorted(summary.get('interruptions', {}).items())})
+    pose = summary.get('object_pose')   # a physical cube cell: the camera's poses
+    if pose is not None:
+        values['object_pose_received'] = pose['received']
+        values.update({'object_pose_refused_' + why.replace(' ', '_'): n
+                       for why, n in sorted(pose['refused'].items())})
     realtime = summary.get('realtime', {})
     values.update({'client_priority': realtime.get('client_priority'),
                    'control_priority': realtime.get('control_priority')})
