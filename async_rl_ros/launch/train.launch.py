@@ -323,11 +323,11 @@ def _launch_setup(context) -> list:
                                        args=[rqt, _plotted_topics(perspective)]))
     if robot != 'ur5' or 'workers' not in role or _arg(context, 'skip_preflight') == 'true':
         return entities
-    # A cube task on the arm drives the gripper: the preflight checks that it answers, too.
+    # A cube task on the arm drives a 2F-85: the preflight checks that it answers, too.
     arm_cfg = load_node_config(config, 'env_worker', EnvWorkerConfig,
                                {**task_override, 'backend': 'ur5'})
-    return _after_preflight(_arg(context, 'robot_ip'), config, needs_object_pose(arm_cfg),
-                            entities)
+    robotiq = needs_object_pose(arm_cfg) and arm_cfg.cell.gripper == 'robotiq'
+    return _after_preflight(_arg(context, 'robot_ip'), config, robotiq, entities)
 
 
 class PreflightFailed(RuntimeError):

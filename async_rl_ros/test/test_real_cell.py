@@ -233,3 +233,16 @@ def test_the_local_runner_refuses_a_physical_cube_cell_in_one_line(tmp_path):
     assert out.returncode == 2, out.stderr
     assert 'Traceback' not in out.stderr
     assert 'cell.pose_topic' in out.stderr
+
+
+def test_a_gripper_on_a_digital_output_follows_the_gripper_action(cell, double):
+    env, _ = cell(**{'cell.gripper': 'digital_output', 'cell.gripper_output': 3})
+    obs, _ = env.reset(seed=6)
+    assert double.state()['digital_out'] & (1 << 3) == 0   # open at the reset
+    assert obs[OBS_SLICES['width']][0] == pytest.approx(STROKE)
+    obs, *_ = env.step(np.array([0.0, 0.0, 0.0, -1.0]))   # close
+    assert double.state()['digital_out'] == 1 << 3
+    assert obs[OBS_SLICES['width']][0] == 0.0
+    obs, *_ = env.step(np.array([0.0, 0.0, 0.0, 0.5]))    # open
+    assert double.state()['digital_out'] == 0
+    assert env.unwrapped.backend.summary()['gripper'] == {'moves': 3, 'output': 3}

@@ -14,15 +14,20 @@
 
 
 """
-The gripper of a physical cell, driven beside the control loop so that no step waits on it.
+The grippers of a physical cell: a 2F-85 through its URCap, or one on a digital output.
 
-The URCap socket answers one request at a time, some only after a quiet gap, so the control
-loop never talks to it: :meth:`GripperDriver.command` stores the newest opening and returns,
-and the driver's thread sends it (when it moved by a position count or more) and reads the
-fingers back, each round. A lost link is a lost link, as for the arm: the driver reconnects
-with the backoff of ``rtde.reconnect_*`` while :meth:`GripperDriver.reason` keeps the arm's
-policy gate closed (the arm holds still); when the attempts run out, or the gripper reports a
-fault, :meth:`reason` raises :class:`NeedsPerson` with the cause.
+:class:`GripperDriver` drives the Robotiq 2F-85 beside the control loop, so that no step
+waits on it. The URCap socket answers one request at a time, some only after a quiet gap, so
+the control loop never talks to it: :meth:`GripperDriver.command` stores the newest opening
+and returns, and the driver's thread sends it (when it moved by a position count or more)
+and reads the fingers back, each round. A lost link is a lost link, as for the arm: the
+driver reconnects with the backoff of ``rtde.reconnect_*`` while :meth:`GripperDriver.reason`
+keeps the arm's policy gate closed (the arm holds still); when the attempts run out, or the
+gripper reports a fault, :meth:`~GripperDriver.reason` raises :class:`NeedsPerson` with the
+cause.
+
+:class:`DigitalGripper` is the simple alternative (``cell.gripper: digital_output``): one
+output of the controller, set through the arm's own ur_rtde link.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from async_rl_ros.envs.robotiq import (GripperError, GripperFault, GripperLinkEr
                                        RobotiqGripper, width_to_count)
 from async_rl_ros.envs.rtde_supervisor import backoff
 
-__all__ = ['GripperDriver']
+__all__ = ['GripperDriver', 'DigitalGripper']
 
 _ROUND_S = 0.01   # s: pause between two rounds of the driver's thread
 
@@ -202,3 +207,59 @@ class GripperDriver:
             self._fatal = (f'the gripper link could not be re-established ({why}): a person '
                            'must check the gripper and its cable')
         return False
+
+
+class DigitalGripper:
+    """
+    A gripper on a standard digital output of the controller: high closes it, low opens it.
+
+    The simple alternative to the 2F-85's URCap (a pneumatic gripper behind a valve, an
+    electric one in digital mode). The output goes through the arm's own ur_rtde link, so a
+    lost link is the arm's (its supervisor recovers it); an output that could not be set is
+    sent again with the next command. It has no position feedback: the opening it reports is
+    the commanded one, fully open or closed.
+
+    :param index: the standard digital output (0-7).
+    :param stroke: the opening of the open gripper (m).
+    """
+
+    def __init__(self, index: int, stroke: float):
+        self.index = int(index)
+        self.stroke = float(stroke)
+        self.arm: Any = None
+        self._closed: bool | None = None   # level last set, None: not set (yet, or again)
+        self._wanted = False
+        self.moves = 0                     #: output changes set
+
+    def attach(self, arm: Any) -> None:
+        """Drive the output through ``arm`` (:meth:`UR5RTDE.set_digital_out`)."""
+        self.arm = arm
+
+    def start(self) -> None:
+        """Open the gripper (the output low)."""
+        self.command(self.stroke)
+
+    def command(self, width_m: float) -> None:
+        """Close (output high) for an opening below half the stroke, else open."""
+        self._wanted = float(width_m) < self.stroke / 2
+        if self._wanted != self._closed:
+            if self.arm.set_digital_out(self.index, self._wanted):
+                self._closed = self._wanted
+                self.moves += 1
+            else:
+                self._closed = None   # unknown: set it with the next command
+
+    def width(self) -> float:
+        """Return the commanded opening (m): 0 closed, the stroke open."""
+        return 0.0 if self._wanted else self.stroke
+
+    def reason(self) -> str | None:
+        """Nothing of its own holds the arm: the output shares the arm's link."""
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """Return what a run summary reports: output changes set."""
+        return {'moves': self.moves, 'output': self.index}
+
+    def close(self) -> None:
+        """Leave the output as it is (opening could drop what the gripper holds)."""

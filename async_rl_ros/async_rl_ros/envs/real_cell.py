@@ -17,8 +17,9 @@
 The physical cube cell behind the calls of the simulated one: a UR5, its 2F-85, a seen cube.
 
 The arm is :class:`~async_rl_ros.envs.ur5_rtde.UR5RTDE` with its supervisor, its reset moves
-keeping the fingertips in the workspace box; the gripper is a
-:class:`~async_rl_ros.envs.gripper_driver.GripperDriver`; the cube's pose comes from outside
+keeping the fingertips in the workspace box; the gripper is a 2F-85
+(:class:`~async_rl_ros.envs.gripper_driver.GripperDriver`) or one on a digital output
+(:class:`~async_rl_ros.envs.gripper_driver.DigitalGripper`); the cube's pose comes from outside
 through a :class:`~async_rl_ros.envs.object_pose.PoseBoard`. Both are inputs of the arm's
 policy gate, so the arm holds still -- the step is interrupted and the episode truncated, as
 for any hold -- while the gripper's link is down or the newest cube pose is older than
@@ -38,7 +39,7 @@ from typing import Any, Callable
 from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.errors import NeedsPerson
 from async_rl_ros.envs.arm import ArmState
-from async_rl_ros.envs.gripper_driver import GripperDriver
+from async_rl_ros.envs.gripper_driver import DigitalGripper, GripperDriver
 from async_rl_ros.envs.manipulation_task import CellState
 from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.rtde_supervisor import PolicyGate
@@ -61,14 +62,14 @@ class RealCell:
         that watches only the gripper and the cube.
     :param board: where the cube's pose arrives (the transport feeds it).
     :param arm: the arm backend; built from ``cfg`` when omitted (tests inject one).
-    :param gripper: the gripper; built from ``cfg`` when omitted.
+    :param gripper: the gripper; built from ``cell.gripper`` when omitted.
     :param clock: monotonic clock (s) of the placement and staleness timeouts.
     """
 
     teleports = False
 
     def __init__(self, cfg: EnvWorkerConfig, gate: PolicyGate | None, board: PoseBoard,
-                 arm: Any = None, gripper: GripperDriver | None = None,
+                 arm: Any = None, gripper: Any = None,
                  clock: Callable[[], float] = time.monotonic):
         self.cfg = cfg
         self.board = board
@@ -79,17 +80,22 @@ class RealCell:
         self._placing_since: float | None = None   # a reset waits for the cube
         self._moving = False                        # a reset move (the cube may be hidden)
         self._usable_at = clock()                   # last time the cube pose was usable
-        self.gripper = gripper or GripperDriver.from_config(cfg)
-        self.arm = None
-        self.gripper.start()
-        try:
-            if arm is None:
-                from async_rl_ros.envs.ur5_rtde import UR5RTDE
-                arm = UR5RTDE(cfg, gate=self.gate, tool_length=FINGERTIP)
-        except BaseException:
-            self.gripper.close()
-            raise
+        digital = cfg.cell.gripper == 'digital_output'
+        if arm is None:
+            from async_rl_ros.envs.ur5_rtde import UR5RTDE
+            arm = UR5RTDE(cfg, gate=self.gate, tool_length=FINGERTIP, digital_io=digital)
         self.arm = arm
+        if gripper is None:
+            gripper = (DigitalGripper(cfg.cell.gripper_output, STROKE) if digital
+                       else GripperDriver.from_config(cfg))
+        self.gripper = gripper
+        try:
+            if digital:
+                gripper.attach(arm)
+            gripper.start()
+        except BaseException:
+            arm.close()
+            raise
         self._state: ArmState | None = None
 
     @property
@@ -127,8 +133,9 @@ class RealCell:
         """Take run-time values: the arm's limits, the gripper's force and speed, ``cell.*``."""
         self.cfg = cfg
         self.arm.use_config(cfg)
-        self.gripper.speed_mps = float(cfg.manipulation.grip_speed)
-        self.gripper.force_n = float(cfg.manipulation.grip_force)
+        if isinstance(self.gripper, GripperDriver):
+            self.gripper.speed_mps = float(cfg.manipulation.grip_speed)
+            self.gripper.force_n = float(cfg.manipulation.grip_force)
         self.board.max_age_s = float(cfg.cell.pose_max_age_s)
 
     def read(self) -> ArmState:
@@ -179,8 +186,7 @@ class RealCell:
     def close(self) -> None:
         """Stop and release the arm, then the gripper."""
         try:
-            if self.arm is not None:
-                self.arm.close()
+            self.arm.close()
         finally:
             self.gripper.close()
 

@@ -22,12 +22,13 @@ of a few seconds). Its clients therefore live in this small process, started by
 
 Protocol on the inherited socket (a :class:`multiprocessing.connection.Connection`): the
 parent sends ``(op, args)`` and receives ``('ok', value)`` or ``('err', type, message)``.
-Operations: ``dashboard`` (connect; returns the PolyScope version), ``receive`` and
-``control`` (construct the interfaces), ``state`` (one sample of everything the supervisor
-reads, all from one RTDE packet), ``call`` (any method of ``dashboard``, ``receive`` or
-``control``), ``command`` (a motion command, sent only while the controller runs and its
-state is fresh; returns the command's result and the sample it was judged on), ``wait``
-(sleep until a monotonic deadline; returns a sample), ``close``.
+Operations: ``dashboard`` (connect; returns the PolyScope version), ``receive``, ``control``
+and ``io`` (construct the interfaces; ``io`` sets digital outputs), ``state`` (one sample of
+everything the supervisor reads, all from one RTDE packet), ``call`` (any method of
+``dashboard``, ``receive``, ``control`` or ``io``), ``command`` (a motion command, sent only
+while the controller runs and its state is fresh; returns the command's result and the
+sample it was judged on), ``wait`` (sleep until a monotonic deadline; returns a sample),
+``close``.
 
 With ``--priority P`` the process takes ``SCHED_FIFO`` priority P before the clients start
 (their threads inherit it; ur_rtde's own ``rt_priority`` gets P too); where the OS refuses,
@@ -69,6 +70,7 @@ class Clients:
         self.dashboard: Any = None
         self.receive: Any = None
         self.control: Any = None
+        self.io: Any = None
 
     def handle(self, op: str, args: tuple) -> Any:
         """Run one operation; exceptions go back to the parent."""
@@ -97,6 +99,10 @@ class Clients:
             self.control = control.RTDEControlInterface(
                 self.ip, self.frequency, control.RTDEControlInterface.FLAG_UPLOAD_SCRIPT,
                 50002, self.rt_priority)
+            return True
+        if op == 'io':
+            import rtde_io
+            self.io = rtde_io.RTDEIOInterface(self.ip)
             return True
         raise ValueError(f'unknown operation {op!r}')
 
@@ -151,7 +157,7 @@ class Clients:
 
     def close(self) -> None:
         """Disconnect every client (errors ignored: the process ends next)."""
-        for client in (self.control, self.receive, self.dashboard):
+        for client in (self.io, self.control, self.receive, self.dashboard):
             if client is not None:
                 try:
                     client.disconnect()

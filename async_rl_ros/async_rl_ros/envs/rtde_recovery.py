@@ -103,6 +103,8 @@ class Recovery:
             self._unlock_protective_stop()
         self._control_up = True
         link.request('control', timeout=_CONNECT_TIMEOUT)
+        if self.digital_io:
+            link.request('io', timeout=_CONNECT_TIMEOUT)
         self._arm_program()
 
     def _arm_program(self: Any) -> None:

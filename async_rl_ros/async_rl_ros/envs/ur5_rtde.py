@@ -106,10 +106,13 @@ class UR5RTDE(Stopping, Moves, Recovery):
     :param sleep: interruptible wait (s); injectable for tests.
     :param tool_length: how far the tool tip reaches below the flange (m); reset moves keep
         it in the workspace box too (a gripper's fingertips).
+    :param digital_io: also connect ur_rtde's IO interface, for :meth:`set_digital_out` (a
+        gripper on a digital output).
     """
 
     def __init__(self, cfg: EnvWorkerConfig, gate: PolicyGate | None = None,
-                 sleep: Callable[[float], None] | None = None, tool_length: float = 0.0):
+                 sleep: Callable[[float], None] | None = None, tool_length: float = 0.0,
+                 digital_io: bool = False):
         self.cfg = cfg
         self.rt = cfg.rtde
         self.ip = cfg.rtde.robot_ip
@@ -119,6 +122,7 @@ class UR5RTDE(Stopping, Moves, Recovery):
         self.scale = float(cfg.rtde.speed_scaling)
         self.gate = gate
         self.tool_length = float(tool_length)
+        self.digital_io = bool(digital_io)
         self.filter = SafetyFilter(cfg.safety, self.dt, self.tool_length)
         self.stops = ProtectiveStopLog(cfg.rtde.protective_stop_limit,
                                        cfg.rtde.protective_stop_window_s,
@@ -213,6 +217,22 @@ class UR5RTDE(Stopping, Moves, Recovery):
     def read(self) -> ArmState:
         """Return the newest controller sample (and record its age)."""
         return self._to_state(self._request_sample())
+
+    def set_digital_out(self, index: int, level: bool) -> bool:
+        """
+        Set standard digital output ``index`` (a gripper's); ``False`` when it was not set.
+
+        It is not set while the link is down (the supervisor reconnects it in the next step):
+        the caller sends it again.
+        """
+        link = self.link
+        if link is None:
+            return False
+        try:
+            return bool(link.call('io', 'setStandardDigitalOut', int(index), bool(level)))
+        except RuntimeError as exc:   # LinkLost, or the client raised
+            _LOG.warning('digital output %d not set: %s', index, exc)
+            return False
 
     def _request_sample(self) -> tuple:
         link = self.link

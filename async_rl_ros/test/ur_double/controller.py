@@ -74,6 +74,9 @@ class Controller:
         self.ignore_stops = False     # fault: speedStop/servoStop/stopJ/stopScript never finish
         self.refuse_uploads = 0       # fault: this many uploaded scripts do not start
         self.inputs: dict[str, float] = {}
+        #: standard digital outputs (bit i: DO i), set by an RTDE client's IO recipe; they
+        #: keep their levels across control-script restarts, as on a real controller
+        self.digital_out = 0
         self.last_input = 0.0         # monotonic time of the last register write
         self.out_int = [0] * 48
         self.out_double = [0.0] * 48
@@ -147,6 +150,9 @@ class Controller:
     def write_inputs(self, values: dict[str, float]) -> None:
         """Store register values written by an RTDE client."""
         with self.lock:
+            mask = int(values.pop('standard_digital_output_mask', 0))
+            level = int(values.pop('standard_digital_output', 0))
+            self.digital_out = (self.digital_out & ~mask) | (level & mask)
             self.inputs.update(values)
             self.last_input = time.monotonic()
 
@@ -387,6 +393,7 @@ class Controller:
                 'speed_scaling': 1.0, 'target_speed_fraction': 1.0,
                 'actual_main_voltage': 48.0, 'actual_robot_voltage': 48.0,
                 'joint_temperatures': [30.0] * 6, 'actual_joint_voltage': [48.0] * 6,
+                'actual_digital_output_bits': self.digital_out,
             }
             for i, v in enumerate(self.out_int):
                 values[f'output_int_register_{i}'] = v
@@ -408,4 +415,5 @@ class Controller:
                     'moved_while_stopped': self.moved_while_stopped,
                     'speed': float(math.sqrt(float(np.dot(self.qd, self.qd)))),
                     'log': self.log[-20:], 'command_register': self._in_int(0),
-                    'script_state': self.out_int[self.reg_int]}
+                    'script_state': self.out_int[self.reg_int],
+                    'digital_out': self.digital_out}

@@ -197,6 +197,13 @@ class CellConfig(Section):
     place_timeout_s: float = option(60.0, 'How long a reset waits for the cube to rest in its '
                                     'start box (manipulation.object_low/high) before asking a '
                                     'person to put it there.', unit='s', low=1.0, high=3600.0)
+    gripper: str = option('robotiq', 'The gripper: robotiq (a 2F-85 through the Robotiq URCap '
+                          'socket, with position feedback) or digital_output (any gripper a '
+                          'standard digital output opens (low) and closes (high); no feedback: '
+                          'the observed opening is the commanded one).',
+                          choices=('robotiq', 'digital_output'), read_only=True)
+    gripper_output: int = option(0, 'Standard digital output of a digital_output gripper.',
+                                 low=0, high=7, read_only=True)
     gripper_port: int = option(63352, 'TCP port of the Robotiq URCap socket on the controller.',
                                low=1, high=65535, read_only=True)
     gripper_closed_count: int = option(227, 'Position count of the empty closed 2F-85 (close it '
