@@ -25,7 +25,10 @@
 # CUDA build (gigabytes) -- and the extras sim and learn (real with --real: ur-rtde for a
 # physical UR5) at the versions of requirements.txt, and marks the folder COLCON_IGNORE.
 # colcon run as `python -m colcon` from the activated environment builds the nodes with its
-# interpreter, so `ros2 launch` runs them where their dependencies are. It prints what it did.
+# interpreter, so `ros2 launch` runs them where their dependencies are; and since ROS 2's own
+# commands (`ros2 launch` loads train.launch.py, which imports the package) run on the system
+# python3, activating the environment also puts its packages on PYTHONPATH. It prints what it
+# did.
 # TORCH_INDEX_URL replaces the CPU index (a mirror).
 set -euo pipefail
 
@@ -65,6 +68,14 @@ fi
 start=$(date +%s)
 python3 -m venv --system-site-packages "$venv"
 touch "$venv/COLCON_IGNORE"  # colcon does not look for packages in it
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if ! grep -q 'async_rl_ros: ROS 2' "$venv/bin/activate"; then
+  cat >> "$venv/bin/activate" <<EOF
+# async_rl_ros: ROS 2's own commands (ros2 launch loads the launch file, which imports the
+# package) run on the system python3: they find this environment's packages here.
+export PYTHONPATH="$site\${PYTHONPATH:+:\$PYTHONPATH}"
+EOF
+fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 if [ "$cuda" = 1 ]; then
   "$venv/bin/python" -m pip install --quiet "$torch_pin"

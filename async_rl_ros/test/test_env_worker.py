@@ -48,6 +48,20 @@ def test_batches_are_stamped_and_full(env):
     np.testing.assert_allclose(b['next_obs'][:-1], b['obs'][1:])
 
 
+def test_the_first_episode_starts_with_the_first_step_not_where_the_worker_is_built(env):
+    """A node builds workers in *configure*: a real arm's reset must not run (nor wait) there."""
+    resets = []
+    reset = env.reset
+    env.reset = lambda **kw: (resets.append(kw), reset(**kw))[1]
+    try:
+        worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=4, seed=7)
+        assert resets == []
+        worker.step()
+        assert resets == [{'seed': 7}]
+    finally:
+        del env.reset
+
+
 def test_a_real_worker_tags_its_transitions_and_the_learner_stores_the_tag(env, tmp_path):
     worker = EnvWorker(1, env, WorkerPolicy(21, 6, HIDDEN), batch_size=8, source='real')
     batch = next(b for b in iter(worker.step, 'never') if b is not None)

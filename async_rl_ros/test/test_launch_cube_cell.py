@@ -47,7 +47,8 @@ pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.t
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from async_rl_ros.ros import qos, topics  # noqa: E402, I100 -- after importorskip
+from async_rl_ros.envs.robotiq import RobotiqGripper  # noqa: E402, I100 -- after importorskip
+from async_rl_ros.ros import qos, topics  # noqa: E402
 from async_rl_ros_interfaces.msg import TransitionBatch, WorkerStatus  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
@@ -63,7 +64,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / 'launch' / 'train.launch.py'
 CONFIG = ROOT / 'config' / 'train.yaml'
 IN_BOX = (-0.5, -0.1, 0.05)   # the middle of the cube's start box
-LOOP = 'env_worker: worker_0: control loop'   # the worker's /diagnostics status
+LOOP = '/worker_0/env_worker: control loop'   # the arm worker's /diagnostics status
 
 
 def _config(directory: str) -> str:
@@ -91,6 +92,8 @@ def generate_test_description():
     directory = tempfile.mkdtemp(prefix='async_rl_cube_cell_test_')
     double = DoubleProcess(cooldown=0.3)
     atexit.register(double.close)
+    with RobotiqGripper(double.ip, timeout_s=10.0) as gripper:
+        gripper.activate()   # as a person does on the teach pendant: the preflight checks it
     train = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(str(LAUNCH)),
         launch_arguments={'robot': 'ur5', 'robot_ip': double.ip, 'task': 'push',
@@ -143,7 +146,7 @@ class TestCubeCell(unittest.TestCase):
     @classmethod
     def _diagnostics(cls, msg):
         for status in msg.status:
-            if status.name.endswith(LOOP):
+            if status.name == LOOP:
                 cls.loop = {kv.key: kv.value for kv in status.values}
 
     def _spin_until(self, predicate, timeout_s):

@@ -22,7 +22,8 @@ and *error* also release the environment and the node's timers, publishers and
 subscriptions. The node's ``label`` (unconfigured, inactive, active, finalized) goes into
 its status messages. A physical arm's control loop (its step budget: step and phase
 percentiles, deadline misses by cause, real-time priorities) goes out on ``/diagnostics``
-with every status (:meth:`ArmNode.publish_loop_diagnostics`).
+with every status (:meth:`ArmNode.publish_loop_diagnostics`). A cube task on a physical arm
+takes the cube's pose from ``cell.pose_topic`` (:meth:`ArmNode.object_pose`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,13 @@ from typing import Any, Callable
 
 from async_rl_ros.core.workers.runtime import backend_call
 from async_rl_ros.core.workers.step_budget import loop_health
+from async_rl_ros.envs.factory import needs_object_pose
+from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.diagnostics import diagnostic_status, OK, WARN
 from async_rl_ros.ros.node_utils import apply_env_config
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.publisher import Publisher
 from rclpy.subscription import Subscription
@@ -65,6 +69,32 @@ class ArmNode(LifecycleNode):
         self._diag_pub = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS,
                                                qos.DIAGNOSTICS)
         self._misses = 0
+        self._pose_subscription: Subscription | None = None
+
+    def object_pose(self, cfg: Any) -> PoseBoard | None:
+        """
+        Return the board of the cube's pose for a physical cube cell, else ``None``.
+
+        Call it in :meth:`build` before the environment is built (which needs it): the node
+        subscribes to ``cell.pose_topic`` (``geometry_msgs/PoseStamped``), and the callback
+        only hands each pose to the board, which checks it against ROS time.
+        """
+        if self._pose_subscription is not None:   # a configure that failed before
+            self.destroy_subscription(self._pose_subscription)
+            self._pose_subscription = None
+        if not needs_object_pose(cfg):
+            return None
+        board = PoseBoard.from_config(
+            cfg, clock=lambda: self.get_clock().now().nanoseconds * 1e-9)
+
+        def offer(msg: PoseStamped) -> None:
+            p, o = msg.pose.position, msg.pose.orientation
+            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            board.offer(msg.header.frame_id, (p.x, p.y, p.z), (o.x, o.y, o.z, o.w), stamp)
+
+        self._pose_subscription = self.create_subscription(
+            PoseStamped, cfg.cell.pose_topic, offer, qos.OBJECT_POSE)
+        return board
 
     # ------------------------------------------------------------------ subclass hooks
     def build(self) -> bool:
@@ -172,6 +202,9 @@ class ArmNode(LifecycleNode):
             elif isinstance(entity, Subscription):
                 self.destroy_subscription(entity)
         self.entities = []
+        if self._pose_subscription is not None:
+            self.destroy_subscription(self._pose_subscription)
+            self._pose_subscription = None
         if self.env is not None:
             self.env.close()
             self.env = None

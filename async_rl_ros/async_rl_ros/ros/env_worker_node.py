@@ -31,8 +31,7 @@ versions, shapes; a keyframe fetched once when a delta's base is missing). Batch
 on ``transitions`` (relative: the worker's namespace).
 
 A cube task on a physical arm subscribes to ``cell.pose_topic`` (``geometry_msgs/PoseStamped``
-from a camera or motion capture): the callback hands each pose to the worker's
-:class:`~async_rl_ros.envs.object_pose.PoseBoard`, which checks it; a stale pose holds the arm.
+from a camera or motion capture, :meth:`ArmNode.object_pose`): a stale pose holds the arm.
 """
 
 from __future__ import annotations
@@ -45,15 +44,13 @@ from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, RosTranspor
 from async_rl_ros.core.records import PolicyState, TransitionBatch as Batch
 from async_rl_ros.core.weights.receiver import Expectation, MemoryBoard, WeightReceiver
 from async_rl_ros.core.workers.runtime import WorkerRuntime
-from async_rl_ros.envs.factory import build_worker, check_config, needs_object_pose
-from async_rl_ros.envs.object_pose import PoseBoard
+from async_rl_ros.envs.factory import build_worker, check_config
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
 from async_rl_ros.ros.node_utils import LoggingAdapter, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import PolicyWeights, TrainingStats, TransitionBatch, WorkerStatus
-from geometry_msgs.msg import PoseStamped
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
 
@@ -89,12 +86,10 @@ class EnvWorkerNode(ArmNode):
     # ------------------------------------------------------------------ lifecycle hooks
     def build(self) -> bool:
         """Build (connect) the environment, the worker and the topics."""
-        board = None
-        if needs_object_pose(self.cfg):   # a physical cube cell: the camera feeds the board
-            board = PoseBoard.from_config(self.cfg, clock=self._ros_seconds)
         try:
             built = build_worker(self.cfg, self.worker_id, self.hidden,
-                                 self.transport.transition_batch, object_pose=board)
+                                 self.transport.transition_batch,
+                                 object_pose=self.object_pose(self.cfg))
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return False
@@ -121,9 +116,6 @@ class EnvWorkerNode(ArmNode):
             TrainingStats, topics.TRAINING_STATS, self._on_stats, qos.METRICS))
         self.entities.append(self.create_timer(1.0 / self.transport.diagnostics_hz,
                                                self._publish_status))
-        if board is not None:
-            self.entities.append(self.create_subscription(
-                PoseStamped, self.cfg.cell.pose_topic, self._pose_to(board), qos.OBJECT_POSE))
         self.get_logger().info(f'worker {self.worker_id} configured ({self.cfg.backend})')
         return True
 
@@ -150,17 +142,6 @@ class EnvWorkerNode(ArmNode):
         def store(msg: PolicyWeights) -> None:
             board.publish(msg, msg.version)  # only store: the stepping thread decodes
         return store
-
-    def _ros_seconds(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
-
-    @staticmethod
-    def _pose_to(board: PoseBoard) -> Any:
-        def offer(msg: PoseStamped) -> None:
-            p, o = msg.pose.position, msg.pose.orientation
-            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-            board.offer(msg.header.frame_id, (p.x, p.y, p.z), (o.x, o.y, o.z, o.w), stamp)
-        return offer
 
     def _on_stats(self, msg: TrainingStats) -> None:
         runtime = self.runtime  # only record: the stepping thread / gate decide

@@ -82,7 +82,8 @@ class PolicyRunnerNode(ArmNode):
             self.get_logger().error(f'cannot load the policy {self.policy_path}: {exc}')
             return False
         try:
-            self.env, spec = build_env(self.cfg)  # a fixed policy: no gate
+            # a fixed policy: no learner's gate (a cube cell still holds for its inputs)
+            self.env, spec = build_env(self.cfg, object_pose=self.object_pose(self.cfg))
             self.tracker = EpisodeTracker(rank=spec.rank)
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')

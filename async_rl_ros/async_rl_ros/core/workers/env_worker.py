@@ -116,6 +116,10 @@ class EnvWorker:
     :param seed: seed of the environment and of the random actions.
     :param source: ``'sim'`` or ``'real'``, stamped on every transition.
     :param rank: the task's rank metric, reported with each finished episode.
+
+    The first episode starts (``env.reset``) with the first :meth:`step`, in the thread that
+    steps: a physical arm's reset moves it and may wait for inputs its transport delivers
+    (the cube's pose), so it never runs where the worker is built (a node's *configure*).
     """
 
     def __init__(self, worker_id: int, env: Any, policy: WorkerPolicy, batch_size: int = 64,
@@ -134,7 +138,8 @@ class EnvWorker:
         n = self.batch_size
         self._batch = empty_transition_batch(n, obs_dim, act_dim, self.worker_id, source)
         self._fill = 0
-        self._obs, _ = env.reset(seed=seed)
+        self._seed = seed
+        self._obs: np.ndarray | None = None   # no episode yet: the first step resets
         self.episode_metrics: list[dict[str, float]] = []
 
     def load_policy(self, state: PolicyState) -> bool:
@@ -152,6 +157,8 @@ class EnvWorker:
 
     def step(self) -> TransitionBatch | None:
         """Take one env step; return a full batch of transitions when one is ready."""
+        if self._obs is None:
+            self._obs, _ = self.env.reset(seed=self._seed)
         if self.policy.version == NO_POLICY:
             action = self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32)
             version = NO_POLICY
