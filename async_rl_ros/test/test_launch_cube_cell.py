@@ -166,12 +166,12 @@ class TestCubeCell(unittest.TestCase):
         self.assertTrue(self._spin_until(
             lambda: int(self.loop.get('object_pose_received', 0)) > 30, 120), self.loop)
         # A pose in the camera's own frame is refused and counted, never used.
-        self.frame = 'camera'
+        type(self).frame = 'camera'
         self.assertTrue(self._spin_until(
             lambda: int(self.loop.get('object_pose_refused_frame', 0)) > 0, 60), self.loop)
-        self.frame = 'base'
+        type(self).frame = 'base'
         # The camera goes silent: the worker holds (its step count stops moving).
-        self.camera_on = False
+        type(self).camera_on = False
 
         def stalled():
             steps = self._worker_steps()
@@ -179,7 +179,7 @@ class TestCubeCell(unittest.TestCase):
 
         self.assertTrue(self._spin_until(stalled, 120), self._worker_steps()[-5:])
         held_at = self._worker_steps()[-1]
-        self.camera_on = True
+        type(self).camera_on = True
         self.assertTrue(self._spin_until(lambda: self._worker_steps()[-1] > held_at, 120),
                         'worker 0 does not step again once the camera is back')
         self.assertTrue(self._spin_until(
