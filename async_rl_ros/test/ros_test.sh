@@ -38,6 +38,15 @@ if [ -n "$missing" ]; then
   exit 2
 fi
 
+# launch_testing's pytest plugin (seen with Jazzy's 3.4) collects no launch test under pytest 8
+# or newer ("found no collectors"): Ubuntu 24.04 and 22.04 ship pytest 7 (python3-pytest).
+if ! python3 -c 'import sys, pytest; sys.exit(int(pytest.__version__.split(".")[0]) >= 8)'; then
+  echo "ros-test: pytest $(python3 -c 'import pytest; print(pytest.__version__)') is too new" \
+    "for launch_testing (it collects no launch test): use the distribution's python3-pytest," \
+    "or pip install 'pytest<8' in the environment" >&2
+  exit 2
+fi
+
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 ws=$(mktemp -d "${TMPDIR:-/tmp}/async_rl_ros_ws.XXXXXX")
 if [ "${KEEP_WS:-0}" = 1 ]; then
@@ -71,8 +80,9 @@ else
   export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
 fi
 
+export ASYNC_RL_REPO=$repo  # test_sros2.py runs tools/sros2_keystore.sh of the checkout
 cd "$ws/src/async_rl_ros"
 python3 -m pytest -ra -p no:cacheprovider test/test_interfaces.py test/test_ros_nodes.py \
   test/test_launch_train.py test/test_launch_preflight.py test/test_launch_roles.py \
   test/test_launch_cube_cell.py \
-  test/test_bag_reader.py "$@"
+  test/test_bag_reader.py test/test_sros2.py "$@"
