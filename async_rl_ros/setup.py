@@ -30,6 +30,7 @@ setup(
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config',
          glob('config/*.yaml') + glob('config/*.perspective') + glob('config/*.xml')),
+        ('share/' + package_name + '/config/sros2', glob('config/sros2/*.xml')),
     ],
     python_requires='>=3.10',
     install_requires=[

@@ -31,6 +31,9 @@ whenever its process starts, so again after every respawn. With ``robot:=ur5`` t
 is worker 0 (``first_worker_id``) and no worker starts unless ``async-rl-preflight`` passes
 (or ``skip_preflight:=true``). With ``rqt:=true`` rqt opens ``config/async_rl.perspective``
 once every topic its plots read exists (rqt_plot drops a topic it cannot find at start).
+With ``security:=true`` every node runs in its SROS2 enclave of ``keystore`` (made by
+tools/sros2_keystore.sh; docs/ros.md, "Security"), and so does this process's own node, which
+drives the workers' lifecycle.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import ast
 import asyncio
 import copy
 import json
+import os
 import pathlib
 import time
 
@@ -54,7 +58,7 @@ from launch.event_handlers import OnProcessExit, OnProcessStart
 from launch.events import IncludeLaunchDescription as IncludeLaunchDescriptionEvent
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
-from launch_ros.ros_adapters import get_ros_node
+from launch_ros.ros_adapters import get_ros_adapter, get_ros_node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState as ChangeStateSrv, GetState
@@ -66,6 +70,10 @@ SERVICE_TIMEOUT_S = 5.0  # s a lifecycle service call waits for its answer befor
 RQT_WAIT_S = 120.0  # s rqt waits at most for the topics its plots read
 #: What each ``role`` starts: workers, learner (with the parameter-server shards).
 ROLES = {'all': ('workers', 'learner'), 'learner': ('learner',), 'workers': ('workers',)}
+#: SROS2 enclave of each executable (``security:=true``); this process's node is a monitor.
+ENCLAVES = {'learner': '/async_rl_ros/learner', 'param_server': '/async_rl_ros/shard',
+            'env_worker': '/async_rl_ros/worker', 'rqt_gui': '/async_rl_ros/monitor'}
+LAUNCH_ENCLAVE = '/async_rl_ros/monitor'
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -120,6 +128,13 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('rqt', default_value='false', choices=['true', 'false'],
                               description='Open rqt with the shipped perspective (plots and '
                               'the robot monitor).'),
+        DeclareLaunchArgument('security', default_value='false', choices=['true', 'false'],
+                              description='SROS2: run every node in its enclave of keystore '
+                              '(authenticated, encrypted, access-controlled DDS; only the '
+                              'shards may publish weights, only the workers transitions).'),
+        DeclareLaunchArgument('keystore', default_value='~/.ros/async_rl_ros_keystore',
+                              description='SROS2 keystore made by tools/sros2_keystore.sh '
+                              '(security:=true).'),
     ]
     return LaunchDescription(args + [OpaqueFunction(function=_launch_setup)])
 
@@ -143,6 +158,38 @@ def _sections(path: str) -> dict:
     """Return the raw (nested) ``ros__parameters`` of every node section of the file."""
     tree = yaml.safe_load(pathlib.Path(path).read_text(encoding='utf-8')) or {}
     return {str(k): (v or {}).get('ros__parameters') or {} for k, v in tree.items()}
+
+
+def _security(context) -> dict:
+    """
+    Return the SROS2 options of each executable's nodes (none without ``security:=true``).
+
+    A keystore without the enclaves of tools/sros2_keystore.sh stops the launch here. This
+    process's own node (launch_ros makes it on first use: it brings the workers up) is made
+    now, in ``LAUNCH_ENCLAVE``; the variables are set for that alone, not for the children.
+    """
+    if _arg(context, 'security') != 'true':
+        return {}
+    keystore = os.path.abspath(os.path.expanduser(_arg(context, 'keystore')))
+    missing = sorted(e for e in {*ENCLAVES.values(), LAUNCH_ENCLAVE} if not os.path.isfile(
+        os.path.join(keystore, 'enclaves', e.lstrip('/'), 'permissions.p7s')))
+    if missing:
+        raise ConfigError('keystore', keystore, f'an SROS2 keystore with {", ".join(missing)}: '
+                          f'make it with tools/sros2_keystore.sh {keystore}')
+    env = {'ROS_SECURITY_ENABLE': 'true', 'ROS_SECURITY_STRATEGY': 'Enforce',
+           'ROS_SECURITY_KEYSTORE': keystore}
+    if hasattr(context.locals, 'ros_adapter'):
+        raise ConfigError('security', 'true', 'a launch whose ROS node is not started yet '
+                          '(include train.launch.py before anything that uses ROS)')
+    saved = dict(os.environ)
+    os.environ.update(env, ROS_SECURITY_ENCLAVE_OVERRIDE=LAUNCH_ENCLAVE)
+    try:
+        get_ros_adapter(context)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return {executable: {'ros_arguments': ['--enclave', enclave], 'additional_env': env}
+            for executable, enclave in ENCLAVES.items()}
 
 
 def _bring_up(context, node_name: str) -> None:
@@ -233,12 +280,13 @@ def _start_when_plotted(context, rqt: Node, plotted: list[str]) -> None:
     context.add_completion_future(context.asyncio_loop.create_task(wait()))
 
 
-def _lifecycle_worker(worker_id: int, params: dict) -> list:
+def _lifecycle_worker(worker_id: int, params: dict, secure: dict) -> list:
     """Return a worker node and the handler that brings it (and every respawn) to active."""
     namespace = f'worker_{worker_id}'
     node = LifecycleNode(package=PACKAGE, executable='env_worker', name='env_worker',
                          namespace=namespace, parameters=[params],
-                         respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen')
+                         respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen',
+                         **secure.get('env_worker', {}))
     bring_up = RegisterEventHandler(OnProcessStart(target_action=node, on_start=[
         OpaqueFunction(function=_bring_up, args=[f'/{namespace}/env_worker'])]))
     return [bring_up, node]
@@ -275,6 +323,7 @@ def _launch_setup(context) -> list:
 
     transport_params = {'transport': transport.to_flat()}
     role = ROLES[_arg(context, 'role')]
+    secure = _security(context)
     entities: list = []
     if 'workers' in role:
         if robot == 'ur5':
@@ -295,7 +344,7 @@ def _launch_setup(context) -> list:
             params.update(transport_params, worker_id=worker_id,
                           hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
                           **overrides)
-            entities += _lifecycle_worker(worker_id, params)
+            entities += _lifecycle_worker(worker_id, params, secure)
     if 'learner' in role:
         learner_params = dict(sections.get('learner', {}))
         check_config(load_node_config(config, 'env_worker', EnvWorkerConfig, task_override))
@@ -306,19 +355,22 @@ def _launch_setup(context) -> list:
                 learner_params[section] = dict(values)
         learner_params.update(transport_params, **learner_overrides)
         entities.append(Node(package=PACKAGE, executable='learner', name='learner',
-                             parameters=[learner_params], output='screen'))
+                             parameters=[learner_params], output='screen',
+                             **secure.get('learner', {})))
         for shard_id in range(transport.parameter_server.num_shards):
             entities.append(Node(package=PACKAGE, executable='param_server',
                                  name=f'param_server_{shard_id}',
                                  parameters=[dict(transport_params, shard_id=shard_id)],
-                                 respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen'))
+                                 respawn=True, respawn_delay=RESPAWN_DELAY_S, output='screen',
+                                 **secure.get('param_server', {})))
     if _arg(context, 'rqt') == 'true':
         perspective = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
                                             'async_rl.perspective']).perform(context)
         # rqt_robot_monitor reads /diagnostics_agg: show the nodes' /diagnostics directly.
         rqt = Node(package='rqt_gui', executable='rqt_gui', name='rqt',
                    arguments=['--perspective-file', perspective],
-                   remappings=[('/diagnostics_agg', '/diagnostics')])
+                   remappings=[('/diagnostics_agg', '/diagnostics')],
+                   **secure.get('rqt_gui', {}))
         entities.append(OpaqueFunction(function=_start_when_plotted,
                                        args=[rqt, _plotted_topics(perspective)]))
     if robot != 'ur5' or 'workers' not in role or _arg(context, 'skip_preflight') == 'true':
