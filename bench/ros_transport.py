@@ -49,7 +49,16 @@ import numpy as np
 TOPIC_T = '/bench/transitions'
 TOPIC_W = '/bench/weights'
 TOPIC_K = '/bench/weights/keyframe'
+#: The product's own topics (worker 0's transitions, shard 0's weights): an SROS2 policy knows
+#: no others, so a run with security on uses these (:func:`use_product_topics`).
+PRODUCT_TOPICS = ('/worker_0/transitions', '/weights/shard_0', '/weights/shard_0/keyframe')
 MATCH_TIMEOUT_S = 15.0
+
+
+def use_product_topics() -> None:
+    """Publish and receive on :data:`PRODUCT_TOPICS` instead of the bench's own topics."""
+    global TOPIC_T, TOPIC_W, TOPIC_K
+    TOPIC_T, TOPIC_W, TOPIC_K = PRODUCT_TOPICS
 
 
 def local_dds() -> None:
