@@ -86,4 +86,4 @@ cd "$ws/src/async_rl_ros"
 python3 -m pytest -ra -p no:cacheprovider test/test_interfaces.py test/test_ros_nodes.py \
   test/test_launch_train.py test/test_launch_preflight.py test/test_launch_roles.py \
   test/test_launch_cube_cell.py \
-  test/test_bag_reader.py test/test_sros2.py "$@"
+  test/test_bag_reader.py test/test_sros2.py test/test_launch_secure.py "$@"

@@ -113,6 +113,9 @@ def run_node(factory: Callable[[], object], args: list[str] | None = None) -> in
             raise
         print(missing, file=sys.stderr)
         status = 2
+    except Exception:  # noqa: B902 -- rclpy raises RCLError when Ctrl-C shuts the context
+        if rclpy.ok():  # down while the executor builds its wait set: that is a normal stop
+            raise
     finally:
         # Ctrl-C in a terminal reaches every node twice (from the terminal and from ros2
         # launch): once stopping, finish the clean-up (checkpoint, arm stop) undisturbed.
