@@ -18,7 +18,8 @@
 #
 #   source /opt/ros/jazzy/setup.bash       # or your source build's install/setup.bash
 #   tools/ros_env.sh [--cuda] [--real] [VENV]   (VENV default: ~/.venvs/async_rl_ros)
-#   source VENV/bin/activate && python -m colcon build --symlink-install
+#   source VENV/bin/activate && python -m colcon build --symlink-install --cmake-args \
+#     "-DPython3_EXECUTABLE=$(command -v python3)" "-DPYTHON_EXECUTABLE=$(command -v python3)"
 #
 # It makes a virtual environment that sees the ROS packages (--system-site-packages), installs
 # the pinned torch -- the CPU wheel from PyTorch's CPU index unless --cuda asks for PyPI's
@@ -96,4 +97,6 @@ size=$(du -sh "$venv" | cut -f1)
 echo "ros_env.sh: $venv ($size, $(( $(date +%s) - start )) s) for ROS 2 $ROS_DISTRO:"
 echo "  $torch_pin from $torch_from; ${packages[*]}"
 echo "  next: source $venv/bin/activate && cd <your workspace> &&" \
-  'python -m colcon build --symlink-install && source install/setup.bash'
+  'python -m colcon build --symlink-install --cmake-args' \
+  '"-DPython3_EXECUTABLE=$(command -v python3)" "-DPYTHON_EXECUTABLE=$(command -v python3)"' \
+  '&& source install/setup.bash'
