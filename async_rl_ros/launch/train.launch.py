@@ -49,7 +49,7 @@ import time
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
                                       load_node_config, RosTransportConfig)
 from async_rl_ros.envs.factory import check_config, needs_object_pose
-from async_rl_ros.ros.bag_reader import BagError, check_bag
+from async_rl_ros.ros.bag_reader import usable_bag
 import launch
 from launch import LaunchDescription
 from launch.actions import (DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction,
@@ -304,11 +304,7 @@ def _launch_setup(context) -> list:
     # Fail here, with the key named, rather than in every node (and every respawn).
     transport = load_node_config(config, 'ros_transport', RosTransportConfig, ps_overrides)
     if transport.warm_start_bag:  # a recording the learner cannot use: nothing starts
-        try:
-            check_bag(transport.warm_start_bag)
-        except BagError as exc:
-            raise ConfigError('ros_transport.warm_start_bag', transport.warm_start_bag,
-                              f'a rosbag2 recording of TransitionBatch topics: {exc}') from None
+        usable_bag(transport.warm_start_bag, 'ros_transport.warm_start_bag')
     learner_overrides = {'sac.device': _arg(context, 'device')}
     log_dir = _arg(context, 'log_dir')
     if log_dir:

@@ -82,7 +82,7 @@ def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
 
 class UR5ManipulationEnv(LiveConfig, gym.Env):
     """
-    Move a cube with the UR5 and its gripper (simulation).
+    Move a cube with the UR5 and its gripper, in simulation or on a physical cell.
 
     :param cfg: worker configuration (task, manipulation, safety, simulation sections).
     :param task: the task plug-in (push or pick_and_place).

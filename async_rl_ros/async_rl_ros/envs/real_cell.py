@@ -44,6 +44,7 @@ from async_rl_ros.envs.manipulation_task import CellState
 from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.rtde_supervisor import PolicyGate
 from async_rl_ros.envs.ur5_kinematics import jacobian
+from async_rl_ros.envs.ur5_rtde import UR5RTDE
 from async_rl_ros.envs.ur5_urdf import FINGERTIP, GRASP_POINT, STROKE
 import numpy as np
 
@@ -61,40 +62,32 @@ class RealCell:
     :param gate: the policy gate of a learning worker; ``None`` (a fixed policy) builds one
         that watches only the gripper and the cube.
     :param board: where the cube's pose arrives (the transport feeds it).
-    :param arm: the arm backend; built from ``cfg`` when omitted (tests inject one).
-    :param gripper: the gripper; built from ``cell.gripper`` when omitted.
     :param clock: monotonic clock (s) of the placement and staleness timeouts.
     """
 
     teleports = False
 
     def __init__(self, cfg: EnvWorkerConfig, gate: PolicyGate | None, board: PoseBoard,
-                 arm: Any = None, gripper: Any = None,
                  clock: Callable[[], float] = time.monotonic):
         self.cfg = cfg
         self.board = board
         self.clock = clock
         self.gate = gate if gate is not None else PolicyGate(0, float('inf'))
-        self.gate.watch('gripper', self._gripper_reason)
-        self.gate.watch('cube', self._cube_reason)
         self._placing_since: float | None = None   # a reset waits for the cube
         self._moving = False                        # a reset move (the cube may be hidden)
         self._usable_at = clock()                   # last time the cube pose was usable
         digital = cfg.cell.gripper == 'digital_output'
-        if arm is None:
-            from async_rl_ros.envs.ur5_rtde import UR5RTDE
-            arm = UR5RTDE(cfg, gate=self.gate, tool_length=FINGERTIP, digital_io=digital)
-        self.arm = arm
-        if gripper is None:
-            gripper = (DigitalGripper(cfg.cell.gripper_output, STROKE) if digital
-                       else GripperDriver.from_config(cfg))
-        self.gripper = gripper
+        self.arm = UR5RTDE(cfg, gate=self.gate, tool_length=FINGERTIP, digital_io=digital)
+        self.gripper = (DigitalGripper(cfg.cell.gripper_output, STROKE) if digital
+                        else GripperDriver.from_config(cfg))
+        self.gate.watch('gripper', self.gripper.reason)
+        self.gate.watch('cube', self._cube_reason)
         try:
             if digital:
-                gripper.attach(arm)
-            gripper.start()
+                self.gripper.attach(self.arm)
+            self.gripper.start()
         except BaseException:
-            arm.close()
+            self.arm.close()
             raise
         self._state: ArmState | None = None
 
@@ -191,9 +184,6 @@ class RealCell:
             self.gripper.close()
 
     # ------------------------------------------------------------------ gate inputs
-    def _gripper_reason(self) -> str | None:
-        return self.gripper.reason()
-
     def _cube_reason(self) -> str | None:
         """Why the arm must hold for the cube: placement awaited, or a stale pose."""
         now, cfg = self.clock(), self.cfg

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the launch file checks recordings without loading torch
     from async_rl_ros.core.learning.learner import Learner
 
 __all__ = ['TRANSITION_TYPE', 'BagError', 'BagStats', 'check_bag', 'read_transition_bag',
-           'warm_start']
+           'usable_bag', 'warm_start']
 
 TRANSITION_TYPE = 'async_rl_ros_interfaces/msg/TransitionBatch'
 
@@ -169,6 +169,25 @@ def read_transition_bag(path: str | os.PathLike, obs_dim: int | None = None,
         yield batch
 
 
+def usable_bag(path: str, key: str = 'transport.warm_start_bag') -> Any:
+    """
+    Return the metadata of a recording to warm-start from (:func:`check_bag`).
+
+    :param path: the recording.
+    :param key: the option that named it, for the error (the launch file's config-file key or
+        the learner node's parameter).
+    :raises ConfigError: it cannot be used; the message says why, in one line.
+    """
+    try:
+        return check_bag(path)
+    except BagError as exc:
+        raise _refused(key, path, exc) from None
+
+
+def _refused(key: str, path: str, exc: BagError) -> ConfigError:
+    return ConfigError(key, path, f'a rosbag2 recording of TransitionBatch topics: {exc}')
+
+
 def warm_start(learner: 'Learner', path: str, log: Callable[[str], Any]) -> dict[str, Any]:
     """
     Fill a learner's replay buffer from a recording before any worker data; return the figures.
@@ -198,8 +217,7 @@ def warm_start(learner: 'Learner', path: str, log: Callable[[str], Any]) -> dict
         for batch in read_transition_bag(path, learner.obs_dim, learner.act_dim, stats):
             stored += learner.ingest(batch, recorded=True)
     except BagError as exc:
-        raise ConfigError('transport.warm_start_bag', path,
-                          f'a rosbag2 recording of TransitionBatch topics: {exc}') from None
+        raise _refused('transport.warm_start_bag', path, exc) from None
     rejected = ', '.join(f'{n} {reason}' for reason, n in sorted(stats.rejected.items()))
     if not stored:
         raise ConfigError('transport.warm_start_bag', path,

@@ -48,8 +48,8 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
-                                      RosTransportConfig, SafetyConfig, TaskConfig)
+from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, RosTransportConfig,
+                                      SafetyConfig, TaskConfig)
 from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
@@ -68,7 +68,7 @@ from async_rl_ros.envs.factory import evaluation_env
 from async_rl_ros.envs.tasks import resolve_task
 from async_rl_ros.local.evaluator import EvaluatorProcess
 from async_rl_ros.ros import qos, topics
-from async_rl_ros.ros.bag_reader import BagError, check_bag, TRANSITION_TYPE, warm_start
+from async_rl_ros.ros.bag_reader import TRANSITION_TYPE, usable_bag, warm_start
 from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
                                           status_to_receiver_stats)
 from async_rl_ros.ros.diagnostics import LearnerDiagnostics
@@ -118,13 +118,8 @@ class LearnerNode(Node):
             **{f'safety.{k}': v for k, v in safety.to_flat().items()})
         _, self.spec = resolve_task(self.eval_env_cfg)
         self.obs_dim, self.act_dim = self.spec.obs_dim, self.spec.act_dim
-        bag = self.transport.warm_start_bag
-        if bag:   # a recording it cannot use: refused before any run folder is made
-            try:
-                check_bag(bag)
-            except BagError as exc:
-                raise ConfigError('transport.warm_start_bag', bag, 'a rosbag2 recording of '
-                                  f'TransitionBatch topics: {exc}') from None
+        if self.transport.warm_start_bag:   # one it cannot use: refused before a run folder
+            usable_bag(self.transport.warm_start_bag)
         # The run's own locked folder under log_dir (checkpoints, policy, summary, curve).
         self.run_folder, run_cfg = open_run(self.cfg, 'latest' if resume else None)
         # In place: the parameter callbacks keep updating the section the learner holds.
