@@ -18,7 +18,8 @@ import math
 
 from async_rl_ros.envs.arm import rotvec_to_quat
 from async_rl_ros.envs.safety import reach_radii
-from async_rl_ros.envs.ur5_kinematics import fk, fk_position, jacobian, position_jacobian
+from async_rl_ros.envs.ur5_kinematics import (fk, fk_position, jacobian, position_jacobian,
+                                              shift_tool)
 from async_rl_ros.envs.ur5_urdf import TOOL_LINK_INDEX, ur5_urdf_path
 import numpy as np
 import pybullet
@@ -127,3 +128,13 @@ def test_rotation_vector_to_quaternion():
         assert abs(np.linalg.norm(quat) - 1.0) < 1e-12
         np.testing.assert_allclose(transforms3d.quaternions.quat2mat(quat),
                                    transforms3d.axangles.axangle2mat(axis, angle), atol=1e-12)
+
+
+def test_shift_tool_moves_the_tool_point_and_keeps_its_orientation():
+    q = np.array([0.0, -1.4272, 1.8683, -2.0119, -1.5708, 0.0])
+    offset = np.array([0.1, -0.1, 0.15])
+    moved = shift_tool(q, offset, tool=0.16)
+    np.testing.assert_allclose(np.subtract(fk_position(moved, 0.16), fk_position(q, 0.16)),
+                               offset, atol=1e-4)
+    np.testing.assert_allclose(fk(moved)[:3, :3], fk(q)[:3, :3], atol=1e-3)
+    assert shift_tool(q, (0.0, 0.0, 2.0), tool=0.16) is None   # beyond the arm's reach

@@ -17,11 +17,12 @@
 The cube tasks on a physical arm: the controller double with its gripper, a stand-in camera.
 
 The camera is a thread that offers the cube's pose to the worker's board as a ROS 2 env
-worker's subscription does. Checked: a reset holds the arm until the cube rests in its start
-box and draws the target from where it lies; a stale pose holds the arm and truncates the
-episode; the gripper action moves the double's fingers; a lost gripper link holds the arm and
-reconnects; a cube never placed, a lost camera or a gripper fault ask for a person by name.
-No assertion depends on how fast the machine is: waits follow events, with a give-up bound.
+worker's subscription does. Checked: a reset holds the arm above its start pose until the cube
+rests in its start box, then lowers it, and draws the target from where it lies; a stale pose
+holds the arm and truncates the episode; the gripper action moves the double's fingers; a lost
+gripper link holds the arm and reconnects; a cube never placed, a lost camera or a gripper
+fault ask for a person by name. No assertion depends on how fast the machine is: waits follow
+events, with a give-up bound.
 """
 
 import sys
@@ -33,7 +34,9 @@ from async_rl_ros.core.errors import NeedsPerson
 from async_rl_ros.envs.factory import build_env
 from async_rl_ros.envs.manipulation_task import OBS_SLICES
 from async_rl_ros.envs.object_pose import PoseBoard
-from async_rl_ros.envs.ur5_urdf import STROKE
+from async_rl_ros.envs.real_cell import CLEAR_LIFT
+from async_rl_ros.envs.ur5_kinematics import fk_position
+from async_rl_ros.envs.ur5_urdf import FINGERTIP, STROKE
 import numpy as np
 import pytest
 
@@ -126,11 +129,18 @@ def test_a_reset_holds_until_the_cube_rests_in_its_start_box(cell, double):
     thread, box = in_thread(lambda: env.reset(seed=3))
     detail = held_for(env, 'outside its start box')
     assert 'x -0.300 y 0.300' in detail
-    assert thread.is_alive() and double.state()['speed'] < 1e-6
+    held = double.state()
+    assert thread.is_alive() and held['speed'] < 1e-6
     camera.where = IN_BOX   # a person puts the cube back
     thread.join(GIVE_UP_S)
     obs, info = box['value']
     np.testing.assert_allclose(obs[OBS_SLICES['cube']], IN_BOX, atol=1e-6)
+    # It waited above the start pose, out of the way of the hand, then came down to it.
+    start = np.array(fk_position(obs[OBS_SLICES['q']], FINGERTIP))
+    waited = np.array(fk_position(held['q'], FINGERTIP))
+    assert waited[2] - start[2] == pytest.approx(CLEAR_LIFT, abs=0.005)
+    np.testing.assert_allclose(waited[:2], start[:2], atol=0.005)
+    np.testing.assert_allclose(double.state()['q'], obs[OBS_SLICES['q']], atol=1e-3)
     target = obs[OBS_SLICES['target']]
     assert np.linalg.norm(target - np.array(IN_BOX)) >= env.unwrapped.cfg.manipulation \
         .success_distance

@@ -35,17 +35,19 @@ next reset).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.goal_view import check_render_mode
 from async_rl_ros.envs.live_config import LiveConfig
-from async_rl_ros.envs.manipulation_task import ManipulationTask, OBS_DIM, OBS_SLICES
+from async_rl_ros.envs.manipulation_task import (CUBE_SIZE, ManipulationTask, OBS_DIM,
+                                                 OBS_SLICES, TABLE_TOP)
 from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.reach_env import sample_start
 from async_rl_ros.envs.reach_task import ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
-from async_rl_ros.envs.ur5_kinematics import fk, jacobian
+from async_rl_ros.envs.ur5_kinematics import fk, fk_position, jacobian
 from async_rl_ros.envs.ur5_urdf import FINGERTIP, GRASP_POINT, STROKE
 import gymnasium as gym
 import numpy as np
@@ -57,6 +59,7 @@ _OBS_BOUND = 10.0    # |value| an observation is clipped to (positions, velociti
 _DAMPING = 0.05      # damped least squares lambda
 _ORIENT_GAIN = 4.0   # 1/s: how fast an orientation error is corrected
 _FACE_GAP = 0.005    # m: a cartesian action stops this far inside the safety box
+_CLEARANCE = 0.005   # m: start poses keep the fingertips this far above a resting cube
 
 
 def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
@@ -78,6 +81,16 @@ def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
     qd = jac.T @ np.linalg.solve(damped, twist)
     over = float(np.max(np.abs(qd) / max_speed))
     return qd / over if over > 1.0 else qd
+
+
+def start_task(cfg: EnvWorkerConfig) -> ReachTask:
+    """Return the cube tasks' start sampling: ``manipulation.home_q`` + ``task.home_noise``."""
+    return ReachTask(dataclasses.replace(cfg.task, home_q=list(cfg.manipulation.home_q)))
+
+
+def clears_cube(q: np.ndarray) -> bool:
+    """Return whether the fingertips at ``q`` lie above a resting cube (with 5 mm to spare)."""
+    return fk_position(q, FINGERTIP)[2] >= TABLE_TOP + CUBE_SIZE + _CLEARANCE
 
 
 class UR5ManipulationEnv(LiveConfig, gym.Env):
@@ -109,11 +122,11 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         self.goal = self.spec_.goal
         self.render_mode = render_mode
         self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
-        self.start = ReachTask(cfg.task)   # home pose and its noise, as for reach
+        self.start = start_task(cfg)
         self.safety = SafetyFilter(cfg.safety, cfg.task.dt, tool_length=FINGERTIP)
         self.backend = _make_cell(cfg, render_mode, gate, object_pose)
         self._start_live()   # self.speed: rad/s of action 1.0
-        self.hold = fk(np.asarray(cfg.task.home_q))[:3, :3]
+        self.hold = fk(np.asarray(cfg.manipulation.home_q))[:3, :3]
         self.cartesian = cfg.manipulation.action == 'cartesian'
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(self.spec_.act_dim,),
                                            dtype=np.float32)
@@ -121,7 +134,7 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
                                                 dtype=np.float32)
         self.target = np.zeros(3)
         self.steps = 0
-        self.q = np.asarray(cfg.task.home_q, dtype=np.float64)
+        self.q = np.asarray(cfg.manipulation.home_q, dtype=np.float64)
         self.qd = np.zeros(6)
         self._interventions_at_reset = 0
 
@@ -139,7 +152,7 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         m, rng = self.cfg.manipulation, self.np_random
         q = options.get('q')
         if q is None:
-            q = sample_start(self.start, self.safety, self.backend, rng)
+            q = sample_start(self.start, self.safety, self.backend, rng, also=clears_cube)
         cube = options.get('cube')
         if cube is None:
             cube = rng.uniform(m.object_low, m.object_high)
@@ -189,10 +202,10 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         self.task.check(cfg)
 
     def _in_force(self, cfg: EnvWorkerConfig) -> None:
-        self.start = ReachTask(cfg.task)
+        self.start = start_task(cfg)
         self.spec_ = self.task.spec(cfg)
         self.goal = self.spec_.goal
-        self.hold = fk(np.asarray(cfg.task.home_q))[:3, :3]
+        self.hold = fk(np.asarray(cfg.manipulation.home_q))[:3, :3]
         self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
 
     def _inside_box(self, velocity: np.ndarray) -> np.ndarray:

@@ -146,7 +146,7 @@ class ManipulationTask:
 
     def check(self, cfg: EnvWorkerConfig) -> None:
         """Refuse start poses or boxes the fingertips cannot use."""
-        check_starts(cfg, tool_length=FINGERTIP)
+        check_starts(cfg, tool_length=FINGERTIP, home_key='manipulation.home_q')
         m, box = cfg.manipulation, cfg.safety
         lo = [v + box.workspace_margin for v in box.workspace_low]
         hi = [v - box.workspace_margin for v in box.workspace_high]

@@ -31,7 +31,7 @@ the task -- from the next reset.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
@@ -157,14 +157,20 @@ class UR5ReachEnv(LiveConfig, gym.Env):
 
 
 def sample_start(task: ReachTask, safety: SafetyFilter, backend: Any,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator,
+                 also: Callable[[np.ndarray], bool] | None = None) -> np.ndarray:
     """
     Draw a start pose inside the safety limits that the backend's arm can also move to.
 
     A real arm (a backend that does not ``teleports``) moves there on a straight joint path
     from where it is: that path must stay in the box too.
+
+    :param also: a further test a start must pass (the cube tasks: fingertips above the cube).
     """
-    accept = safety.pose_ok
+    def pose_ok(q: np.ndarray) -> bool:
+        return safety.pose_ok(q) and (also is None or also(q))
+
+    accept = pose_ok
     if not getattr(backend, 'teleports', False):
         try:
             q_now = backend.read().q
@@ -172,7 +178,7 @@ def sample_start(task: ReachTask, safety: SafetyFilter, backend: Any,
             return task.sample_start(rng, accept)
 
         def accept(q: np.ndarray) -> bool:
-            return safety.pose_ok(q) and safety.path_ok(q_now, q)
+            return pose_ok(q) and safety.path_ok(q_now, q)
     return task.sample_start(rng, accept)
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, TaskConfig
@@ -194,7 +195,8 @@ class ReachGoalSpec:
         return d < self.task.success_distance
 
 
-def check_starts(cfg: EnvWorkerConfig, tool_length: float = 0.0) -> None:
+def check_starts(cfg: EnvWorkerConfig, tool_length: float = 0.0,
+                 home_key: str = 'task.home_q') -> None:
     """
     Refuse a home pose outside the safety limits, or home noise that almost never fits.
 
@@ -202,11 +204,14 @@ def check_starts(cfg: EnvWorkerConfig, tool_length: float = 0.0) -> None:
     :data:`MIN_START_FIT` of :data:`START_DRAWS` seeded draws must lie within the limits.
 
     :param tool_length: a tool whose tip must lie in the box too (the gripper's fingertips).
-    :raises ConfigError: naming ``task.home_q`` or ``task.home_noise``.
+    :param home_key: the option holding the home pose (the cube tasks: ``manipulation.home_q``).
+    :raises ConfigError: naming the home pose or ``task.home_noise``.
     """
-    home_ok, fit = start_fit(cfg.task, cfg.safety, START_DRAWS, tool_length=tool_length)
+    home = operator.attrgetter(home_key)(cfg)
+    task = dataclasses.replace(cfg.task, home_q=list(home))
+    home_ok, fit = start_fit(task, cfg.safety, START_DRAWS, tool_length=tool_length)
     if not home_ok:
-        raise ConfigError('task.home_q', cfg.task.home_q,
+        raise ConfigError(home_key, home,
                           'a pose within safety.joint_lower/upper less joint_margin whose '
                           'flange' + (' and fingertips lie' if tool_length else ' lies')
                           + ' in safety.workspace_low/high less workspace_margin')

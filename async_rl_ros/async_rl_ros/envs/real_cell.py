@@ -25,10 +25,11 @@ policy gate, so the arm holds still -- the step is interrupted and the episode t
 for any hold -- while the gripper's link is down or the newest cube pose is older than
 ``cell.pose_max_age_s``; a pose lost for ``cell.place_timeout_s`` asks for a person.
 
-Nobody places the cube on a real table: a reset opens the gripper, moves the arm to its start
-pose, then holds it there until the cube rests in its start box
-(``manipulation.object_low/high``), for a person (or a script of the user's) to put it back,
-asking for a person by name after ``cell.place_timeout_s``.
+Nobody places the cube on a real table: a reset opens the gripper, lifts the fingertips, moves
+over the start pose and holds the arm there, clear of the table, until the cube rests in its
+start box (``manipulation.object_low/high``), for a person (or a script of the user's) to put
+it back, asking for a person by name after ``cell.place_timeout_s``; then it lowers the arm to
+the start pose (``manipulation.home_q``, a few centimetres above the cube).
 """
 
 from __future__ import annotations
@@ -43,15 +44,17 @@ from async_rl_ros.envs.gripper_driver import DigitalGripper, GripperDriver
 from async_rl_ros.envs.manipulation_task import CellState
 from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.rtde_supervisor import PolicyGate
-from async_rl_ros.envs.ur5_kinematics import jacobian
+from async_rl_ros.envs.ur5_kinematics import fk_position, jacobian, shift_tool
 from async_rl_ros.envs.ur5_rtde import UR5RTDE
 from async_rl_ros.envs.ur5_urdf import FINGERTIP, GRASP_POINT, STROKE
 import numpy as np
 
-__all__ = ['RealCell', 'PLACE_TOLERANCE', 'REST_SPEED']
+__all__ = ['RealCell', 'CLEAR_LIFT', 'PLACE_TOLERANCE', 'REST_SPEED']
 
 PLACE_TOLERANCE = 0.01   #: m: how far outside its start box a placed cube may lie
 REST_SPEED = 0.02        #: m/s: a cube slower than this rests
+CLEAR_LIFT = 0.15        #: m: a reset lifts the fingertips this far before moving over
+_LIFT_SPARE = 0.01       # m the lifted flange keeps below the box top, less its margin
 
 
 class RealCell:
@@ -98,24 +101,46 @@ class RealCell:
 
     def reset_cell(self, q: np.ndarray, cube_xy: np.ndarray, cube_yaw: float) -> ArmState:
         """
-        Open the gripper, move to ``q``, and hold there until the cube rests in its start box.
+        Open the gripper, go to ``q`` from above, holding there until the cube is in place.
 
-        ``cube_xy`` and ``cube_yaw`` (where a simulation would put the cube) are not used:
-        the cube is where it is. The target is drawn from its measured position.
+        The fingertips rise :data:`CLEAR_LIFT` where they are, move over ``q`` at that height
+        and wait there (out of the way of a hand putting the cube back) until the cube rests
+        in its start box, then come down to ``q``. ``cube_xy`` and ``cube_yaw`` (where a
+        simulation would put the cube) are not used: the cube is where it is, and the target
+        is drawn from its measured position.
         """
         self.gripper.command(STROKE)
-        self._moving = True
         try:
-            self._state = self.arm.reset(q)
-        finally:
-            self._moving = False
+            here = self.arm.read().q
+        except RuntimeError:   # no fresh state (lost link): the first move recovers it
+            here = None
+        above = self._lifted(q)
+        self._move(([self._lifted(here)] if here is not None else []) + [above])
         self._placing_since = self.clock()
         try:
             self._state = self.arm.step(np.zeros(6))   # holds (gate) until the cube is placed
         finally:
             self._placing_since = None
+        self._move([q])
         self._usable_at = self.clock()
         return self._state
+
+    def _move(self, poses: list[np.ndarray]) -> None:
+        """Move through ``poses`` (reset moves, during which the cube may be hidden)."""
+        self._moving = True
+        try:
+            for pose in poses:
+                self._state = self.arm.reset(pose)
+        finally:
+            self._moving = False
+
+    def _lifted(self, q: np.ndarray) -> np.ndarray:
+        """Return ``q`` with the fingertips :data:`CLEAR_LIFT` higher (less under the box top)."""
+        box = self.cfg.safety
+        room = box.workspace_high[2] - box.workspace_margin - fk_position(q)[2] - _LIFT_SPARE
+        lift = min(CLEAR_LIFT, room)
+        raised = shift_tool(q, (0.0, 0.0, lift), FINGERTIP) if lift > 0.0 else None
+        return np.asarray(q, dtype=np.float64) if raised is None else raised
 
     def step(self, qd: np.ndarray) -> ArmState:
         """Hold joint velocities ``qd`` (rad/s, filtered) for one period, or hold still."""

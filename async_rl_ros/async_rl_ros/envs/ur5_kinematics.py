@@ -28,7 +28,8 @@ import typing
 import numpy as np
 
 __all__ = ['DH_D', 'DH_A', 'DH_ALPHA', 'JOINT_LIMIT', 'SPEED_LIMIT', 'EFFORT_LIMIT',
-           'LINK_MASS', 'REACH_BOUND', 'fk', 'fk_position', 'position_jacobian', 'jacobian']
+           'LINK_MASS', 'REACH_BOUND', 'fk', 'fk_position', 'position_jacobian', 'jacobian',
+           'shift_tool']
 
 DH_D = (0.089159, 0.0, 0.0, 0.10915, 0.09465, 0.0823)            # m
 DH_A = (0.0, -0.425, -0.39225, 0.0, 0.0, 0.0)                    # m
@@ -44,6 +45,8 @@ REACH_BOUND = sum(abs(a) for a in DH_A) + sum(DH_D[1:])
 
 _CA = tuple(math.cos(a) for a in DH_ALPHA)
 _SA = tuple(math.sin(a) for a in DH_ALPHA)
+_IK_ITERATIONS = 100   # damped least squares steps :func:`shift_tool` may take
+_IK_DAMPING = 0.01     # its lambda (m)
 
 
 def _link(i: int, theta: float) -> np.ndarray:
@@ -125,3 +128,32 @@ def jacobian(q: np.ndarray, tool: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     p = t[:3, 3]
     linear = np.stack([np.cross(z, p - o) for z, o in zip(axes, origins)], axis=1)
     return np.vstack([linear, np.stack(axes, axis=1)]), t
+
+
+def shift_tool(q: np.ndarray, offset: np.ndarray, tool: float = 0.0,
+               tolerance: float = 1e-4) -> np.ndarray | None:
+    """
+    Return joint positions that move a tool point by ``offset``, its orientation kept.
+
+    Damped least squares from ``q`` (a few dozen iterations for the moves a reset makes).
+
+    :param q: six joint positions (rad) to start from.
+    :param offset: wanted displacement of the tool point, base frame (m).
+    :param tool: distance (m) of the tool point along the flange's z axis.
+    :param tolerance: largest position error (m) of an answer.
+    :returns: the joints, or ``None`` where no pose within ``tolerance`` was found.
+    """
+    q = np.array(q, dtype=np.float64)
+    _, start = jacobian(q, tool)
+    goal, hold = start[:3, 3] + np.asarray(offset, dtype=np.float64), start[:3, :3]
+    for _ in range(_IK_ITERATIONS):
+        jac, pose = jacobian(q, tool)
+        turn = hold @ pose[:3, :3].T
+        # The rotation vector of a small turn: the skew part of its matrix.
+        spin = 0.5 * np.array([turn[2, 1] - turn[1, 2], turn[0, 2] - turn[2, 0],
+                               turn[1, 0] - turn[0, 1]])
+        error = np.concatenate([goal - pose[:3, 3], spin])
+        if np.linalg.norm(error[:3]) < tolerance and np.linalg.norm(spin) < 1e-3:
+            return q
+        q += jac.T @ np.linalg.solve(jac @ jac.T + _IK_DAMPING ** 2 * np.eye(6), error)
+    return None

@@ -37,9 +37,9 @@ class TaskConfig(Section):
     ``name`` picks the task plug-in (:mod:`async_rl_ros.envs.tasks`); the other options are
     those of the UR5 tasks, which a Gymnasium task (``gym:ID``) does not use: it brings its
     own, like ``rtde.*`` apply only to ``backend: ur5``. The control rate, episode length,
-    action scale, home pose and ``terminate_on_success`` apply to every UR5 task; the target
-    box, success distance and reward weights are the reach task's (the cube tasks read
-    ``manipulation.*``).
+    action scale, home noise and ``terminate_on_success`` apply to every UR5 task; the home
+    pose, target box, success distance and reward weights are the reach task's (the cube
+    tasks read ``manipulation.*``).
     """
 
     name: str = option('reach', 'Task to learn: reach (the UR5 flange to a point), push or '
@@ -56,7 +56,8 @@ class TaskConfig(Section):
                                  low=0.0, high=1.0, low_open=True)
     home_q: list[float] = option(
         [0.0, -1.5708, 1.5708, -1.5708, -1.5708, 0.0],
-        'Joint positions the arm returns to on reset.', unit='rad',
+        'Joint positions the arm returns to on reset (reach; the cube tasks start at '
+        'manipulation.home_q).', unit='rad',
         low=-_TWO_PI, high=_TWO_PI, length=6)
     home_noise: float = option(0.05, 'Uniform noise added to each home joint position on reset.',
                                unit='rad', low=0.0, high=0.5)
@@ -145,6 +146,14 @@ class ManipulationConfig(Section):
                          'differential kinematics, the gripper held pointing down) or joint '
                          '(joint velocities, as in reach).', choices=('cartesian', 'joint'),
                          read_only=True)
+    home_q: list[float] = option(
+        [0.0017, -1.4272, 1.8683, -2.0119, -1.5708, 0.0017],
+        'Joint positions the arm returns to on reset (task.home_noise added): the grasp point '
+        '0.12 m above the mounting plane over the middle of the start box, the gripper '
+        'pointing down: near enough the cube that exploring moves it (from the reach home, '
+        '0.26 m away, random actions almost never do). Starts whose fingertips would not '
+        'clear a cube are drawn again.',
+        unit='rad', low=-_TWO_PI, high=_TWO_PI, length=6)
     ee_speed: float = option(0.25, 'Fingertip speed of a cartesian action 1.0.', unit='m/s',
                              low=0.0, high=1.0, low_open=True)
     object_low: list[float] = option([-0.60, -0.20], 'Lower corner (x, y) of the box the cube '
