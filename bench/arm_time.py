@@ -23,7 +23,8 @@ The evaluator process scores a snapshot every ``--eval-every`` env steps on fixe
 result is the arm time (env steps / control rate) of the first snapshot at the threshold, and
 the update-to-data ratio the learner sustained.
 
-Usage: ``python bench/arm_time.py [--quick] [--budget-min M]``; the last line is JSON.
+Usage: ``python bench/arm_time.py [--quick] [--task NAME] [--threshold F] [--budget-min M]``;
+the last line is JSON (``arm_minutes`` to the threshold, ``null`` where it was not reached).
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ def main() -> None:
                         help='most arm minutes to train')
     parser.add_argument('--eval-every', type=int, default=1000, help='env steps')
     parser.add_argument('--episodes', type=int, default=40, help='per evaluation')
-    parser.add_argument('--threshold', type=float, default=0.95)
+    parser.add_argument('--task', default=None,
+                        help='task as async-rl-train --task takes it (default: the config, reach)')
+    parser.add_argument('--threshold', type=float, default=0.95,
+                        help='success rate that counts as reliable (push: 0.9, the issue goal)')
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args()
     if args.quick:
@@ -55,8 +59,10 @@ def main() -> None:
     from async_rl_ros.local.train import LocalRun
 
     path = default_config_path()
-    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, {'sim.real_time': True,
-                                                                     'seed': args.seed})
+    overrides = {'sim.real_time': True, 'seed': args.seed}
+    if args.task:
+        overrides['task.name'] = args.task
+    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides)
     hz = env_cfg.task.control_hz
     budget_steps = int(args.budget_min * 60 * hz)
     cfg = load_node_config(path, 'learner', LearnerConfig, {
@@ -82,7 +88,8 @@ def main() -> None:
     learner = run.learner
     updates0, steps0 = run.loop.ready_at or (learner.updates, learner.env_steps)
     ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
-    print(f'\nOne simulated UR5 in real time at {hz:.0f} Hz, learner: shipped defaults '
+    print(f'\n{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
+          f'shipped defaults '
           f'(max {cfg.max_updates_per_step:g} updates per transition)')
     print(f'{"env steps":>10}{"arm min":>9}{"success":>9}')
     for e in run.loop.evaluations:
@@ -91,7 +98,8 @@ def main() -> None:
     print(f'arm time to {100 * args.threshold:.0f} %: '
           f'{"not reached" if minutes is None else f"{minutes:.1f} min"}; '
           f'updates per transition sustained: {ratio:.2f}')
-    print(json.dumps({'arm_minutes_to_95': round(minutes, 2) if minutes else None,
+    print(json.dumps({'task': env_cfg.task.name, 'threshold': args.threshold,
+                      'arm_minutes': round(minutes, 2) if minutes else None,
                       'updates_per_transition': round(ratio, 3),
                       'env_steps': learner.env_steps, 'updates': learner.updates}))
 
