@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument('--task', default=None,
                         help='task as async-rl-train --task takes it (default: the config, reach)')
     parser.add_argument('--threshold', type=float, default=0.95,
-                        help='success rate that counts as reliable (push: 0.9, the issue goal)')
+                        help='success rate that counts as reliable (0.9 for the cube tasks)')
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args()
     if args.quick:
