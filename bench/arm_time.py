@@ -89,8 +89,7 @@ def main() -> None:
     updates0, steps0 = run.loop.ready_at or (learner.updates, learner.env_steps)
     ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
     print(f'\n{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
-          f'shipped defaults '
-          f'(max {cfg.max_updates_per_step:g} updates per transition)')
+          f'shipped defaults (max {cfg.max_updates_per_step:g} updates per transition)')
     print(f'{"env steps":>10}{"arm min":>9}{"success":>9}')
     for e in run.loop.evaluations:
         print(f'{e.env_steps:>10}{e.env_steps / hz / 60:>9.1f}{e.stats.success_rate:>9.2f}')

@@ -47,7 +47,8 @@ from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.reach_env import sample_start
 from async_rl_ros.envs.reach_task import ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
-from async_rl_ros.envs.ur5_kinematics import fk, fk_position, jacobian
+from async_rl_ros.envs.ur5_kinematics import (damped_step, fk, fk_position, jacobian,
+                                              turn_towards)
 from async_rl_ros.envs.ur5_urdf import FINGERTIP, GRASP_POINT, STROKE
 import gymnasium as gym
 import numpy as np
@@ -74,11 +75,8 @@ def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
         so the direction of motion is kept.
     """
     jac, pose = jacobian(q, GRASP_POINT)
-    error = hold @ pose[:3, :3].T                       # rotation taking current to held
-    axis, angle = transforms3d.axangles.mat2axangle(error)
-    twist = np.concatenate([velocity, _ORIENT_GAIN * angle * np.asarray(axis)])
-    damped = jac @ jac.T + _DAMPING ** 2 * np.eye(6)
-    qd = jac.T @ np.linalg.solve(damped, twist)
+    twist = np.concatenate([velocity, _ORIENT_GAIN * turn_towards(hold, pose[:3, :3])])
+    qd = damped_step(jac, twist, _DAMPING)
     over = float(np.max(np.abs(qd) / max_speed))
     return qd / over if over > 1.0 else qd
 

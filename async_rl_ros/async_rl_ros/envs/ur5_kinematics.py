@@ -26,10 +26,11 @@ import math
 import typing
 
 import numpy as np
+import transforms3d
 
 __all__ = ['DH_D', 'DH_A', 'DH_ALPHA', 'JOINT_LIMIT', 'SPEED_LIMIT', 'EFFORT_LIMIT',
            'LINK_MASS', 'REACH_BOUND', 'fk', 'fk_position', 'position_jacobian', 'jacobian',
-           'shift_tool']
+           'turn_towards', 'damped_step', 'shift_tool']
 
 DH_D = (0.089159, 0.0, 0.0, 0.10915, 0.09465, 0.0823)            # m
 DH_A = (0.0, -0.425, -0.39225, 0.0, 0.0, 0.0)                    # m
@@ -130,12 +131,29 @@ def jacobian(q: np.ndarray, tool: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack([linear, np.stack(axes, axis=1)]), t
 
 
+def turn_towards(hold: np.ndarray, rotation: np.ndarray) -> np.ndarray:
+    """Return the rotation vector (rad, base frame) that turns ``rotation`` into ``hold``."""
+    axis, angle = transforms3d.axangles.mat2axangle(hold @ rotation.T)
+    return angle * np.asarray(axis)
+
+
+def damped_step(jac: np.ndarray, twist: np.ndarray, damping: float) -> np.ndarray:
+    """
+    Return the damped least squares joint step ``J^T (J J^T + damping^2 I)^-1 twist``.
+
+    :param jac: the 6x6 :func:`jacobian`.
+    :param twist: wanted linear and angular motion of the tool (velocity or displacement).
+    :param damping: the damping lambda (m): larger trades accuracy for calm near singularities.
+    """
+    return jac.T @ np.linalg.solve(jac @ jac.T + damping ** 2 * np.eye(6), twist)
+
+
 def shift_tool(q: np.ndarray, offset: np.ndarray, tool: float = 0.0,
                tolerance: float = 1e-4) -> np.ndarray | None:
     """
     Return joint positions that move a tool point by ``offset``, its orientation kept.
 
-    Damped least squares from ``q`` (a few dozen iterations for the moves a reset makes).
+    :func:`damped_step` iterations from ``q`` (a few dozen for the moves a reset makes).
 
     :param q: six joint positions (rad) to start from.
     :param offset: wanted displacement of the tool point, base frame (m).
@@ -148,12 +166,8 @@ def shift_tool(q: np.ndarray, offset: np.ndarray, tool: float = 0.0,
     goal, hold = start[:3, 3] + np.asarray(offset, dtype=np.float64), start[:3, :3]
     for _ in range(_IK_ITERATIONS):
         jac, pose = jacobian(q, tool)
-        turn = hold @ pose[:3, :3].T
-        # The rotation vector of a small turn: the skew part of its matrix.
-        spin = 0.5 * np.array([turn[2, 1] - turn[1, 2], turn[0, 2] - turn[2, 0],
-                               turn[1, 0] - turn[0, 1]])
-        error = np.concatenate([goal - pose[:3, 3], spin])
-        if np.linalg.norm(error[:3]) < tolerance and np.linalg.norm(spin) < 1e-3:
+        error = np.concatenate([goal - pose[:3, 3], turn_towards(hold, pose[:3, :3])])
+        if np.linalg.norm(error[:3]) < tolerance and np.linalg.norm(error[3:]) < 1e-3:
             return q
-        q += jac.T @ np.linalg.solve(jac @ jac.T + _IK_DAMPING ** 2 * np.eye(6), error)
+        q += damped_step(jac, error, _IK_DAMPING)
     return None
