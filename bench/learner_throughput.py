@@ -23,6 +23,9 @@ batch already on the device (the optimizer steps alone). Column ``learner step``
 replay buffer (real and relabeled transitions), normalization, the move to the device, the
 update, the priorities written back and the training doctor's checks.
 
+On CUDA both columns take the shipped update, replayed as one CUDA graph per batch size
+(``sac.cuda_graph``); ``--cuda-graph off`` measures the eager update beside it.
+
 The last line printed is one JSON object, ``{"updates_per_s_b256": ..., ...}``.
 
 On a loaded machine give ``--threads``: torch's OpenMP threads busy-wait for each other, and
@@ -31,7 +34,8 @@ with one core taken by another process two threads ran 30 to 70 times slower tha
 Usage::
 
     python bench/learner_throughput.py --quick            # < 1 minute
-    python bench/learner_throughput.py --device cuda --compile auto
+    python bench/learner_throughput.py --device cuda                 # shipped: CUDA graphs
+    python bench/learner_throughput.py --device cuda --cuda-graph off  # eager kernels
 """
 
 from __future__ import annotations
@@ -56,10 +60,12 @@ ACT_DIM = 6
 EPISODE = 100  # steps per episode (4 s at 25 Hz), for the relabeling
 
 
-def shipped(device: torch.device, compile_mode: str, batch: int) -> LearnerConfig:
-    """Return the shipped ``learner`` section with a device, a compile mode and a batch size."""
+def shipped(device: torch.device, compile_mode: str, cuda_graph: bool,
+            batch: int) -> LearnerConfig:
+    """Return the shipped ``learner`` section with a device, its CUDA update and a batch size."""
     return load_node_config(default_config_path(), 'learner', LearnerConfig, {
-        'sac.device': device.type, 'sac.compile': compile_mode, 'batch.initial_batch': batch,
+        'sac.device': device.type, 'sac.compile': compile_mode, 'sac.cuda_graph': cuda_graph,
+        'batch.initial_batch': batch,
         'checkpoint.interval_steps': 0, 'checkpoint.directory': '/tmp/async_rl_bench_lt'})
 
 def synthetic_batch(size: int, device: torch.device, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -150,7 +156,9 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     parser.add_argument('--quick', action='store_true', help='short run (< 1 minute)')
     parser.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'))
     parser.add_argument('--compile', default='off', choices=('off', 'auto', 'on'),
-                        help='sac.compile (CUDA only)')
+                        help='sac.compile (CUDA only; turns --cuda-graph off)')
+    parser.add_argument('--cuda-graph', default='on', choices=('on', 'off'),
+                        help='sac.cuda_graph (CUDA only; shipped: on)')
     parser.add_argument('--batch-sizes', type=int, nargs='+', default=[256, 512, 1024])
     parser.add_argument('--seconds', type=float, default=None,
                         help='timed seconds per cell (default 2.5 with --quick, else 10)')
@@ -169,14 +177,16 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     warmup = 30 if device.type == 'cuda' else 3
     transitions = 10_000 if args.quick else 100_000
 
-    hidden = shipped(device, args.compile, 256).sac.hidden_sizes
+    graph = args.cuda_graph == 'on' and args.compile == 'off'
+    hidden = shipped(device, args.compile, graph, 256).sac.hidden_sizes
     print(f'device={device} threads={torch.get_num_threads()} compile={args.compile} '
+          f'cuda_graph={graph and device.type == "cuda"} '
           f'guard={not args.no_guard} hidden={hidden} seconds/cell={seconds:g} '
           f'replay={transitions} env steps (+ relabeled copies)')
     print(f'{"batch":>6} | {"update/s":>10} | {"samples/s":>10} | {"learner step/s":>15}')
     summary: dict[str, float | None] = {}
     for size in args.batch_sizes:
-        cfg = shipped(device, args.compile, size)
+        cfg = shipped(device, args.compile, graph, size)
         sac = make_sac(cfg, not args.no_guard)
         batch = synthetic_batch(size, device)
         ups = rate(lambda: sac.update(batch), seconds, warmup)
@@ -191,6 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
         cell = f'{steps:15.1f}' if steps is not None else f'{"-":>15}'
         print(f'{size:>6} | {ups:10.1f} | {ups * size:10.0f} | {cell}')
     summary['device'] = str(device)
+    summary['cuda_graph'] = graph and device.type == 'cuda'
     summary['hidden_sizes'] = list(hidden)
     print(json.dumps(summary))
     return summary

@@ -165,6 +165,12 @@ def test_replace_validates():
 def test_command_line_overrides_are_yaml_values():
     assert parse_overrides(['task.control_hz=50', 'sim.gui=true', 'x=[1, 2]']) == {
         'task.control_hz': 50, 'sim.gui': True, 'x': [1, 2]}
+    # Only true and false are booleans: a word option takes 'off' as typed (YAML 1.1 made it
+    # False, which learner.sac.compile refused).
+    overrides = parse_overrides(['learner.sac.compile=off', 'a=no', 'b=False'])
+    assert overrides == {'learner.sac.compile': 'off', 'a': 'no', 'b': False}
+    assert LearnerConfig().replace(**{'sac.compile': overrides['learner.sac.compile'],
+                                      'sac.cuda_graph': False}).sac.compile == 'off'
     with pytest.raises(ConfigError, match='--set'):
         parse_overrides(['novalue'])
 

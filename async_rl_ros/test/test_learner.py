@@ -17,7 +17,9 @@
 from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.learning.resume import resume_learner
+from async_rl_ros.core.learning.sac import FiniteGuard
 from async_rl_ros.core.learning.single_process import train_single_process
+from async_rl_ros.core.learning.update_graph import replay_in_python, UpdateGraphs
 from async_rl_ros.core.workers.inline import PolicyEvaluator
 from conftest import tiny_config
 import numpy as np
@@ -95,6 +97,44 @@ def test_train_step_updates_sac_and_priorities(tmp_path):
     counts = learner.replay.sampler.counts
     assert counts.sum() == 20 * 64  # every draw counted (count-aware priorities)
     assert learner.replay.sampler.max_td != before or before > 0
+
+
+def test_the_learner_takes_the_graphed_update_with_the_doctor_as_its_guard(tmp_path):
+    """
+    The doctor guards SAC as a FiniteGuard, so a CUDA learner replays graphs.
+
+    On the CPU the graph is "recorded" as a Python call; the two learners must stay equal,
+    a non-finite batch included (the doctor counts and acts on the skip as eagerly).
+    """
+    learners = []
+    for _ in range(2):
+        learner = Learner(tiny_config(tmp_path), OBS, ACT)
+        learner.ingest(transitions(500, np.random.default_rng(1)))
+        learners.append(learner)
+    eager, graphed = learners
+    assert isinstance(graphed.sac.guard, FiniteGuard)
+    sac = graphed.sac
+    sac.graphs = UpdateGraphs(sac.device, sac._graph_state, sac._graph_settings,
+                              recorder=replay_in_python)
+    for step in range(8):
+        if step == 5:  # a poisoned critic step: reach the guard past the batch check
+            for learner in learners:
+                learner.sac.critic.out.bias.data.fill_(float('inf'))
+        results = []
+        for learner in learners:
+            torch.manual_seed(step)
+            results.append(learner.train_step())
+        assert results[0].keys() == results[1].keys()
+        np.testing.assert_allclose([results[1][k] for k in results[0]], list(results[0].values()),
+                                   rtol=1e-5, atol=1e-6, err_msg=f'step {step}')
+        if step == 5:
+            for learner in learners:
+                with torch.no_grad():
+                    learner.sac.critic.out.bias.data.zero_()
+    assert sac.graphs.captures >= 1
+    assert graphed.doctor.nan_skips == eager.doctor.nan_skips >= 1
+    for a, b in zip(eager.sac.actor.parameters(), graphed.sac.actor.parameters()):
+        torch.testing.assert_close(b, a)
 
 
 def test_metric_names_are_known_before_the_first_update(tmp_path):

@@ -25,6 +25,7 @@ from async_rl_ros.core.learning.networks import (Actor, inverted_dropout, Policy
                                                  TwinQ)
 from async_rl_ros.core.learning.resume import check_finite
 from async_rl_ros.core.learning.sac import finite_guard, POLICY_REG_BASE, SAC, SACConfig
+from async_rl_ros.core.learning.update_graph import replay_in_python, UpdateGraphs
 import pytest
 import torch
 from torch import distributions as D
@@ -594,32 +595,108 @@ def test_learns_contextual_bandit():
     assert error < 0.06 and error < 0.3 * initial, (initial, error)
 
 
-# ---------------------------------------------------------------------- compiled path
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='torch.compile path is CUDA only')
-def test_compiled_matches_eager():
+# ---------------------------------------------------------------------- CUDA paths
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+
+
+def _cuda_batch(step: int, size: int = 256, device: str = 'cuda'
+                ) -> tuple[dict, torch.Tensor]:
+    gen = torch.Generator().manual_seed(step)
+    batch = {'obs': torch.randn(size, 21, generator=gen),
+             'action': torch.rand(size, 6, generator=gen) * 2 - 1,
+             'reward': torch.randn(size, generator=gen),
+             'next_obs': torch.randn(size, 21, generator=gen),
+             'terminated': (torch.rand(size, generator=gen) < 0.1).float()}
+    weights = torch.rand(size, generator=gen)
+    return {k: v.to(device) for k, v in batch.items()}, weights.to(device)
+
+
+def _all_tensors(sac: SAC) -> list[torch.Tensor]:
+    return [t.detach().cpu() for m in (sac.actor, sac.critic, sac.critic_target,
+                                       sac.actor_average) for t in m.parameters()]
+
+
+def _assert_same_update(a: tuple, b: tuple, what: str) -> None:
+    (m_a, td_a), (m_b, td_b) = a, b
+    assert m_a.keys() == m_b.keys(), what
+    for key in m_a:
+        assert m_b[key] == pytest.approx(m_a[key], rel=1e-4, abs=1e-5, nan_ok=True), (what, key)
+    torch.testing.assert_close(td_b.cpu(), td_a.cpu(), rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def test_compile_and_cuda_graph_are_one_choice():
+    with pytest.raises(ConfigError, match=r"compile = 'auto'.*cuda_graph"):
+        SACConfig.from_flat({'compile': 'auto'})
+    assert SACConfig.from_flat({'compile': 'auto', 'cuda_graph': False}).compile == 'auto'
+
+
+@CUDA
+def test_compiled_matches_eager(monkeypatch):
+    # Inductor draws dropout masks with its own generator unless told to use eager's.
+    monkeypatch.setattr(torch._inductor.config, 'fallback_random', True)
     runs = {}
     for mode in ('off', 'on'):
         torch.manual_seed(0)
-        sac = SAC(21, 6, SACConfig.from_flat({'device': 'cuda', 'compile': mode}))
-        assert sac.compiled == (mode == 'on')
+        sac = SAC(21, 6, SACConfig.from_flat({'device': 'cuda', 'compile': mode,
+                                              'cuda_graph': False}))
+        assert sac.compiled == (mode == 'on') and sac.graphs is None
         history = []
         for step in range(5):
-            gen = torch.Generator().manual_seed(step)
-            batch = {'obs': torch.randn(256, 21, generator=gen),
-                     'action': torch.rand(256, 6, generator=gen) * 2 - 1,
-                     'reward': torch.randn(256, generator=gen),
-                     'next_obs': torch.randn(256, 21, generator=gen),
-                     'terminated': (torch.rand(256, generator=gen) < 0.1).float()}
-            batch = {k: v.cuda() for k, v in batch.items()}
+            batch, weights = _cuda_batch(step)
             torch.manual_seed(100 + step)
-            metrics, td_abs = sac.update(batch, torch.rand(256, generator=gen).cuda())
-            history.append((metrics, td_abs.cpu()))
-        runs[mode] = (history, [p.detach().cpu() for p in sac.actor.parameters()]
-                      + [p.detach().cpu() for p in sac.critic.parameters()])
-    for (m_eager, td_eager), (m_comp, td_comp) in zip(runs['off'][0], runs['on'][0]):
-        assert m_eager.keys() == m_comp.keys()
-        for key in m_eager:
-            assert m_comp[key] == pytest.approx(m_eager[key], rel=1e-3, abs=1e-4), key
-        torch.testing.assert_close(td_comp, td_eager, rtol=1e-3, atol=1e-4)
+            history.append(sac.update(batch, weights))
+        runs[mode] = (history, _all_tensors(sac))
+    for step, (eager, compiled) in enumerate(zip(runs['off'][0], runs['on'][0])):
+        _assert_same_update(eager, compiled, f'update {step}')
     for a, b in zip(runs['off'][1], runs['on'][1]):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize('device', ['cpu', pytest.param('cuda', marks=CUDA)])
+def test_the_graphed_update_is_the_eager_update(device):
+    """
+    Replayed graphs compute what eager updates compute, through what breaks a graph.
+
+    Between updates: a learning rate change (baked into the graph), a non-finite batch (undone
+    and redone eagerly, so only the critic step is skipped), a new batch size (a new graph) and
+    a checkpoint load (new optimizer tensors): each must lead to the same state as eager. On
+    the CPU the update is "recorded" as a Python call (every rule but the capture itself).
+    """
+    sacs = {}
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        sacs[graphed] = SAC(21, 6, SACConfig.from_flat({'device': device,
+                                                        'cuda_graph': graphed}))
+    eager, graph = sacs[False], sacs[True]
+    if device == 'cpu':
+        assert graph.graphs is None  # CPU learners run eager
+        graph.graphs = UpdateGraphs(graph.device, graph._graph_state, graph._graph_settings,
+                                    recorder=replay_in_python)
+    assert eager.graphs is None and graph.graphs is not None
+    saved = None
+    for step in range(16):
+        size = 128 if 9 <= step < 12 else 256
+        batch, weights = _cuda_batch(step, size, device)
+        if step == 8:
+            batch['reward'][5] = float('nan')  # poisons the critic step only
+        if step == 6:
+            for sac in sacs.values():
+                sac.scale_learning_rate(0.5)
+        if step == 4:
+            saved = copy.deepcopy(eager.state_dict())
+        if step == 13:
+            for sac in sacs.values():  # each its own copy: optimizers keep the loaded tensors
+                sac.load_state_dict(copy.deepcopy(saved))
+        results = []
+        for sac in (eager, graph):
+            torch.manual_seed(1000 + step)
+            results.append(sac.update(batch, weights))
+        _assert_same_update(*results, f'update {step}')
+        if step == 8:
+            assert results[1][0]['doctor/skipped'] == 1.0
+        for a, b in zip(_all_tensors(eager), _all_tensors(graph)):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert (eager.num_updates, eager.num_skipped, eager.num_actor_updates) == (
+        graph.num_updates, graph.num_skipped, graph.num_actor_updates)
+    # Captured: 256, 256 again after the learning rate change, 128, 256 after the load.
+    assert graph.graphs.captures == 4

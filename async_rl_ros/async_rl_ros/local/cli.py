@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+import re
 import sys
 from typing import Any, Sequence
 
@@ -60,15 +61,32 @@ def default_config_path() -> Path | None:
     return next((p for p in candidates if p.is_file()), None)
 
 
+class _OverrideLoader(yaml.SafeLoader):
+    """YAML whose booleans are YAML 1.2's, ``true`` and ``false``: ``off`` stays a word."""
+
+
+_OverrideLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != 'tag:yaml.org,2002:bool']
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_OverrideLoader.add_implicit_resolver(
+    'tag:yaml.org,2002:bool', re.compile(r'^(?:true|True|TRUE|false|False|FALSE)$'),
+    list('tTfF'))
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """Turn ``['task.control_hz=50', ...]`` into ``{'task.control_hz': 50}`` (YAML values)."""
+    """
+    Turn ``['task.control_hz=50', ...]`` into ``{'task.control_hz': 50}`` (YAML values).
+
+    Only ``true`` and ``false`` are booleans (YAML 1.2): ``sac.compile=off`` is the word
+    ``'off'``, as the option wants, not YAML 1.1's ``False``.
+    """
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition('=')
         if not sep or not key:
             raise ConfigError('--set', item, 'KEY=VALUE, e.g. task.control_hz=50')
         try:
-            out[key.strip()] = yaml.safe_load(raw)
+            out[key.strip()] = yaml.load(raw, Loader=_OverrideLoader)  # noqa: S506
         except yaml.YAMLError:
             raise ConfigError(key, raw, 'a YAML scalar or list') from None
     return out

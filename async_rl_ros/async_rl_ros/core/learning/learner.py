@@ -48,7 +48,7 @@ from async_rl_ros.core.learning.her import HindsightRelabeler
 from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.normalizer import RunningNormalizer
 from async_rl_ros.core.learning.replay import ReplayBuffer
-from async_rl_ros.core.learning.sac import SAC, UPDATE_METRICS
+from async_rl_ros.core.learning.sac import FiniteGuard, SAC, UPDATE_METRICS
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, GoalSpec, RankMetric
 import numpy as np
@@ -81,7 +81,7 @@ class Learner:
         self.sac = SAC(obs_dim, act_dim, cfg.sac)
         self.device = self.sac.device
         self.doctor = Doctor(cfg.doctor, knobs=self.sac)
-        self.sac.guard = self.doctor.step_ok
+        self.sac.guard = _DoctorGuard(self.doctor)
         self.replay = ReplayBuffer(cfg.replay, obs_dim, act_dim,
                                    rng=np.random.default_rng(cfg.seed + 1))
         self.normalizer = RunningNormalizer(obs_dim)
@@ -227,10 +227,11 @@ class Learner:
             'action': batch['action'], 'reward': batch['reward'],
             'terminated': batch['terminated'],
         }
-        tensors = {k: torch.as_tensor(np.asarray(v, dtype=np.float32), device=self.device)
-                   for k, v in tensors.items()}
-        if not self.doctor.batch_ok(tensors):
+        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
+        # Checked on the host, before the copy: no device synchronization.
+        if not self.doctor.batch_ok(arrays):
             return {'doctor/skipped': 1.0}
+        tensors = {k: torch.as_tensor(v, device=self.device) for k, v in arrays.items()}
         weights = torch.as_tensor(info['weights'], device=self.device)
         metrics, td_abs = self.sac.update(tensors, weights)
         if not metrics.get('doctor/skipped'):
@@ -427,3 +428,19 @@ class EpisodeTracker:
         """Return the success rate of the last ``window`` episodes (0 before any)."""
         recent = self.successes[-self.window:]
         return sum(recent) / len(recent) if recent else 0.0
+
+
+class _DoctorGuard(FiniteGuard):
+    """The training doctor as SAC's guard: it refuses exactly the non-finite steps."""
+
+    def __init__(self, doctor: Doctor):
+        self.doctor = doctor
+
+    def __call__(self, losses: Mapping[str, torch.Tensor], parameters: Any,
+                 grad_norm: torch.Tensor) -> bool:
+        """Judge a step with :meth:`Doctor.step_ok` (a refusal is counted and acted on)."""
+        return self.doctor.step_ok(losses, parameters, grad_norm)
+
+    def passed(self) -> None:
+        """Record an update a CUDA graph found finite."""
+        self.doctor.step_passed()

@@ -33,14 +33,17 @@ Conventions:
   normalized (e.g. divided by their maximum);
 * the returned ``td_abs`` is the mean over the two critics of ``|Q_i(s, a) - y|``, detached.
 
-:meth:`SAC.update` does no I/O and synchronizes with the device once for its metrics (and once
-per optimizer step when a guard is installed, since a guard returns a Python bool).
+:meth:`SAC.update` does no I/O. Eagerly it synchronizes with the device once for its metrics
+and once per optimizer step when a guard is installed (a guard returns a Python bool). On CUDA
+with ``cuda_graph`` the whole update is one replayed graph (:mod:`.update_graph`) and one
+synchronization reads its metrics and its finite-step verdict together.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 from typing import Any, Callable, Iterator, Mapping, Sequence
 import warnings
@@ -48,11 +51,12 @@ import warnings
 from async_rl_ros.core.config import ConfigError, SACConfig
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
 from async_rl_ros.core.learning.policy_reg import POLICY_REG_BASE, PolicyRegularization
+from async_rl_ros.core.learning.update_graph import UpdateGraphs
 import torch
 from torch import nn
 
-__all__ = ['POLICY_REG_BASE', 'UPDATE_METRICS', 'Guard', 'SACConfig', 'SAC', 'finite_guard',
-           'resolve_device']
+__all__ = ['POLICY_REG_BASE', 'UPDATE_METRICS', 'FiniteGuard', 'Guard', 'SACConfig', 'SAC',
+           'finite_guard', 'resolve_device']
 
 #: Every metric :meth:`SAC.update` reports (``losses/policy_reg`` only with a reference
 #: policy, ``losses/action_smoothness`` only with ``smoothness_weight > 0``), known before the
@@ -79,24 +83,60 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def finite_guard(losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor],
+class FiniteGuard:
+    """
+    A guard that refuses exactly the steps whose losses or gradient norm are not finite.
+
+    The decision depends on the step's tensors alone, so a CUDA graph can take it on the
+    device: the graphed update calls :meth:`passed` after an update that was finite throughout,
+    and calls the guard itself only when it redoes an update eagerly (see :meth:`SAC.update`).
+    Subclasses act on a refusal (the training doctor counts and restores); they must not
+    refuse a finite step.
+    """
+
+    def __call__(self, losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor],
                  grad_norm: torch.Tensor) -> bool:
+        """
+        Accept a step only if every loss and the gradient norm are finite.
+
+        :param losses: the losses of the step.
+        :param parameters: the parameters the step would change.
+        :param grad_norm: the total gradient norm of the networks' parameters (non-finite when
+            any of their gradients is; the temperature's gradient equals ``alpha_loss``).
+        :returns: whether to apply the step.
+        """
+        checks = [loss.detach().reshape(-1) for loss in losses.values()]
+        return bool(torch.isfinite(torch.cat([*checks, grad_norm.reshape(1)])).all())
+
+    def passed(self) -> None:
+        """Record an update whose every step a CUDA graph found finite (nothing to do here)."""
+
+
+#: The default guard.
+finite_guard = FiniteGuard()
+
+
+def _adam(parameters: Sequence[torch.Tensor], lr: float, capturable: bool) -> torch.optim.Adam:
     """
-    Accept a step only if every loss and the gradient norm are finite (the default guard).
+    Adam with the fused kernel (CPU and CUDA): one call per step instead of one per tensor.
 
-    :param losses: the losses of the step.
-    :param parameters: the parameters the step would change.
-    :param grad_norm: the total gradient norm of the networks' parameters (non-finite when any
-        of their gradients is; the temperature's gradient equals ``alpha_loss``).
-    :returns: whether to apply the step.
+    :param capturable: keep the step counts on the device, so that a CUDA graph can record the
+        step.
     """
-    checks = [loss.detach().reshape(-1) for loss in losses.values()]
-    return bool(torch.isfinite(torch.cat([*checks, grad_norm.reshape(1)])).all())
+    return torch.optim.Adam(parameters, lr=lr, fused=True, capturable=capturable)
 
 
-def _adam(parameters: Sequence[torch.Tensor], lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel (CPU and CUDA): one call per step instead of one per tensor."""
-    return torch.optim.Adam(parameters, lr=lr, fused=True)
+@dataclasses.dataclass
+class _Body:
+    """What one update computed: metric tensors, ``|TD|`` and what its steps did."""
+
+    tensors: dict[str, torch.Tensor]
+    td_abs: torch.Tensor
+    #: Every loss and gradient norm the guard judges (a CUDA graph reports their finiteness).
+    checks: list[torch.Tensor]
+    critic_ok: bool
+    actor_ok: list[bool] = dataclasses.field(default_factory=list)
+    actor_keys: list[str] = dataclasses.field(default_factory=list)
 
 
 class SAC:
@@ -129,9 +169,12 @@ class SAC:
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device,
                                       requires_grad=True)
         self.target_entropy = cfg.target_entropy(act_dim)
-        self.actor_optimizer = _adam(list(self.actor.parameters()), cfg.actor_lr)
-        self.critic_optimizer = _adam(list(self.critic.parameters()), cfg.critic_lr)
-        self.alpha_optimizer = _adam([self.log_alpha], cfg.alpha_lr)
+        self.compiled = (cfg.compile != 'off' and self.device.type == 'cuda'
+                         and hasattr(torch, 'compile'))
+        graphed = cfg.cuda_graph and self.device.type == 'cuda' and not self.compiled
+        self.actor_optimizer = _adam(list(self.actor.parameters()), cfg.actor_lr, graphed)
+        self.critic_optimizer = _adam(list(self.critic.parameters()), cfg.critic_lr, graphed)
+        self.alpha_optimizer = _adam([self.log_alpha], cfg.alpha_lr, graphed)
         #: The pull towards a policy version the workers act with (:mod:`.policy_reg`).
         self.policy_reg = PolicyRegularization(obs_dim, act_dim, cfg.hidden, self.device,
                                                cfg.policy_reg_weight)
@@ -139,8 +182,9 @@ class SAC:
         self.num_actor_updates = 0
         self.num_skipped = 0
         self._actor_metrics: dict[str, float] = {}
-        self.compiled = (cfg.compile != 'off' and self.device.type == 'cuda'
-                         and hasattr(torch, 'compile'))
+        #: The update replayed as CUDA graphs (``cuda_graph`` on a CUDA device), else ``None``.
+        self.graphs = (UpdateGraphs(self.device, self._graph_state, self._graph_settings)
+                       if graphed else None)
         self._critic_fn: Callable[..., Any] = self._critic_losses
         self._actor_fn: Callable[..., Any] = self._actor_losses
         if self.compiled:
@@ -227,6 +271,10 @@ class SAC:
         """
         Take one SAC gradient step on a batch.
 
+        On CUDA with ``cuda_graph`` the update is replayed as one CUDA graph
+        (:mod:`.update_graph`) when the guard is a :class:`FiniteGuard` (or ``None``); any other
+        guard needs Python between the steps and runs eagerly. The result is the eager one.
+
         :param batch: ``obs``, ``action``, ``reward``, ``next_obs`` and ``terminated`` (0/1
             float) tensors on :attr:`device`, with batch size B as leading dimension.
         :param weights: per-sample importance weights of shape ``(B,)``; ``None`` means 1.
@@ -235,12 +283,70 @@ class SAC:
             and the detached per-sample ``|TD|`` of shape ``(B,)`` for priority updates.
         """
         guard = guard if guard is not None else self.guard
-        obs, action, next_obs = batch['obs'], batch['action'], batch['next_obs']
-        reward = batch['reward'].reshape(-1).to(obs.dtype)
-        terminated = batch['terminated'].reshape(-1).to(obs.dtype)
+        obs = batch['obs']
+        inputs = (obs, batch['action'], batch['reward'].reshape(-1).to(obs.dtype),
+                  batch['next_obs'], batch['terminated'].reshape(-1).to(obs.dtype),
+                  torch.ones(obs.shape[0], device=obs.device) if weights is None
+                  else weights.reshape(-1).to(obs.dtype))
+        actor_step = self.num_updates % self.cfg.policy_frequency == 0
+        use_reg = actor_step and self.reference_active
+        target_weight = (self.cfg.tau if self.num_updates % self.cfg.target_network_frequency == 0
+                         else 0.0)
+        average_weight = self.average_factor() if self.actor_average is not None else 0.0
+
+        def eager() -> tuple[dict[str, float], torch.Tensor]:
+            reg_weight = torch.tensor(self.policy_reg_weight, device=obs.device)
+            out = self._update_body(*inputs, reg_weight, target_weight, average_weight,
+                                    actor_step, use_reg, guard)
+            values = torch.stack([t.float().reshape(()) for t in out.tensors.values()]).tolist()
+            # Under torch.compile's CUDA graphs the next call reuses td_abs's memory.
+            return (self._finish(dict(zip(out.tensors, values)), out),
+                    out.td_abs.clone() if self.compiled else out.td_abs)
+
+        if self.graphs is None or not (guard is None or isinstance(guard, FiniteGuard)):
+            return eager()
+        key = (obs.shape[0], actor_step, use_reg, self.cfg.policy_frequency)
+        scalars = torch.tensor([self.policy_reg_weight, target_weight, average_weight],
+                               dtype=torch.float32).to(obs.device, non_blocking=True)
+
+        def body(*static: torch.Tensor) -> tuple[list[torch.Tensor], _Body]:
+            out = self._update_body(*static[:6], static[6][0], static[6][1], static[6][2],
+                                    actor_step, use_reg, None)
+            checks = torch.cat([c.detach().float().reshape(-1) for c in out.checks])
+            vector = torch.stack([t.float().reshape(()) for t in out.tensors.values()]
+                                 + [torch.isfinite(checks).all().float()])
+            return [vector, out.td_abs], out
+
+        replayed, result = self.graphs.run(key, (*inputs, scalars), body, eager)
+        if not replayed:
+            return result
+        (vector, td_abs), out = result
+        values = vector.tolist()
+        if guard is not None and values[-1] != 1.0:
+            # A non-finite update: undo it, then take it eagerly so the guard skips exactly
+            # the step that was not finite (and does whatever else it does on a refusal).
+            self.graphs.restore()
+            return eager()
+        if guard is not None:
+            guard.passed()
+        return self._finish(dict(zip(out.tensors, values)), out), td_abs.clone()
+
+    def _update_body(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+                     next_obs: torch.Tensor, terminated: torch.Tensor, weights: torch.Tensor,
+                     reg_weight: torch.Tensor, target_weight: float | torch.Tensor,
+                     average_weight: float | torch.Tensor, actor_step: bool, use_reg: bool,
+                     guard: Guard | None) -> _Body:
+        """
+        Compute one update on tensors alone, the device never read (a CUDA graph records it).
+
+        :param target_weight: Polyak factor of the target critics this update (0: none).
+        :param average_weight: factor of the averaged actor this update.
+        :param actor_step: step the actor and the temperature (``policy_frequency`` times).
+        :param use_reg: add the policy regularization term, weighted by ``reg_weight``.
+        :param guard: judges each step (a Python bool: the device is read); ``None`` applies
+            every step.
+        """
         size = obs.shape[0]
-        weights = (torch.ones(size, device=obs.device) if weights is None
-                   else weights.reshape(-1).to(obs.dtype))
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
 
@@ -251,20 +357,17 @@ class SAC:
         self.critic_optimizer.zero_grad(set_to_none=True)
         qf_loss.backward()
         critic_params = list(self.critic.parameters())
+        critic_losses = {'qf1_loss': qf1_loss, 'qf2_loss': qf2_loss}
         critic_ok, critic_norm = self._step(
-            [self.critic_optimizer], critic_params, critic_params,
-            {'qf1_loss': qf1_loss, 'qf2_loss': qf2_loss}, guard)
-        skipped = not critic_ok
+            [self.critic_optimizer], critic_params, critic_params, critic_losses, guard)
+        out = _Body({'losses/qf1_loss': qf1_loss.detach(), 'losses/qf2_loss': qf2_loss.detach(),
+                     'losses/qf1_values': q1_mean, 'losses/grad_norm_critic': critic_norm},
+                    td_abs, [*critic_losses.values(), critic_norm], critic_ok)
 
         # Actor and temperature steps, delayed and repeated policy_frequency times.
-        frequency = self.cfg.policy_frequency
-        actor_tensors: dict[str, torch.Tensor] = {}
-        if self.num_updates % frequency == 0:
-            # The weight enters as a tensor so that a doctor changing it never recompiles.
-            use_reg = self.reference_active
-            reg_weight = torch.tensor(self.policy_reg_weight, device=obs.device)
+        if actor_step:
             actor_params = list(self.actor.parameters())
-            for _ in range(frequency):
+            for _ in range(self.cfg.policy_frequency):
                 noise = torch.randn(size, self.act_dim, device=obs.device)
                 with _frozen(self.critic):
                     total, actor_loss, alpha_loss, entropy, reg, smooth = self._call(
@@ -275,49 +378,71 @@ class SAC:
                 actor_ok, actor_norm = self._step(
                     [self.actor_optimizer, self.alpha_optimizer], actor_params + [self.log_alpha],
                     actor_params, {'actor_loss': total, 'alpha_loss': alpha_loss}, guard)
-                skipped = skipped or not actor_ok
-                self.num_actor_updates += int(actor_ok)
-                actor_tensors = {'losses/actor_loss': actor_loss.detach(),
-                                 'losses/alpha_loss': alpha_loss.detach(),
-                                 'losses/entropy': entropy, 'losses/grad_norm_actor': actor_norm}
+                out.actor_ok.append(actor_ok)
+                out.checks += [total, alpha_loss, actor_norm]
+                out.actor_keys = ['losses/actor_loss', 'losses/alpha_loss', 'losses/entropy',
+                                  'losses/grad_norm_actor']
+                actor_tensors = [actor_loss.detach(), alpha_loss.detach(), entropy, actor_norm]
                 if use_reg:
-                    actor_tensors['losses/policy_reg'] = reg.detach()
+                    out.actor_keys.append('losses/policy_reg')
+                    actor_tensors.append(reg.detach())
                 if self.cfg.smoothness_weight > 0.0:
-                    actor_tensors['losses/action_smoothness'] = smooth
+                    out.actor_keys.append('losses/action_smoothness')
+                    actor_tensors.append(smooth)
+            out.tensors.update(zip(out.actor_keys, actor_tensors))
+        out.tensors['losses/alpha'] = self.log_alpha.detach().exp()
 
-        # Polyak averaging of the target critics: target <- tau online + (1 - tau) target.
-        if critic_ok and self.num_updates % self.cfg.target_network_frequency == 0:
-            with torch.no_grad():
+        # Polyak averaging of the target critics: target <- w online + (1 - w) target.
+        with torch.no_grad():
+            if critic_ok and not (isinstance(target_weight, float) and target_weight == 0.0):
                 for target, online in zip(self.critic_target.parameters(), critic_params):
-                    target.lerp_(online, self.cfg.tau)
-        # Weight averaging of the actor (Nikishin et al. 2018, "Improving Stability in Deep
-        # Reinforcement Learning with Weight Averaging"): late updates that swing the
-        # deterministic policy in and out of the goal are averaged out of what is evaluated.
-        if self.actor_average is not None:
-            weight = self.average_factor()
-            with torch.no_grad():
+                    target.lerp_(online, target_weight)
+            # Weight averaging of the actor (Nikishin et al. 2018, "Improving Stability in
+            # Deep Reinforcement Learning with Weight Averaging"): late updates that swing the
+            # deterministic policy in and out of the goal are averaged out of what is
+            # evaluated.
+            if self.actor_average is not None:
                 for average, online in zip(self.actor_average.parameters(),
                                            self.actor.parameters()):
-                    average.lerp_(online, weight)
+                    average.lerp_(online, average_weight)
         # Drop every gradient now: under CUDA graphs they alias memory the next replay reuses.
         for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer):
             optimizer.zero_grad(set_to_none=True)
+        return out
+
+    def _finish(self, metrics: dict[str, float], out: _Body) -> dict[str, float]:
+        """Count the update and complete its metrics (the actor's repeat between its steps)."""
+        skipped = not out.critic_ok or not all(out.actor_ok)
         self.num_updates += 1
         self.num_skipped += int(skipped)
-
-        # One device synchronization for every scalar metric. Between actor steps the actor
-        # metrics of the last one are repeated (kept as floats: under CUDA graphs, tensors
-        # from an earlier update would alias overwritten memory).
-        tensors = {'losses/qf1_loss': qf1_loss.detach(), 'losses/qf2_loss': qf2_loss.detach(),
-                   'losses/qf1_values': q1_mean, 'losses/grad_norm_critic': critic_norm,
-                   'losses/alpha': self.log_alpha.detach().exp(), **actor_tensors}
-        values = torch.stack([t.float().reshape(()) for t in tensors.values()]).tolist()
-        metrics = dict(zip(tensors, values))
-        if actor_tensors:
-            self._actor_metrics = {k: metrics[k] for k in actor_tensors}
+        self.num_actor_updates += sum(out.actor_ok)
+        if out.actor_keys:
+            self._actor_metrics = {k: metrics[k] for k in out.actor_keys}
         metrics.update({k: v for k, v in self._actor_metrics.items() if k not in metrics})
         metrics['doctor/skipped'] = float(skipped)
-        return metrics, td_abs.clone() if self.compiled else td_abs
+        return metrics
+
+    def _graph_state(self) -> list[torch.Tensor]:
+        """Return every tensor an update reads or changes between calls (for the graphs)."""
+        modules = [self.actor, self.critic, self.critic_target]
+        if self.actor_average is not None:
+            modules.append(self.actor_average)
+        if self.policy_reg.reference is not None:
+            modules.append(self.policy_reg.reference)
+        tensors = [t for m in modules for t in (*m.parameters(), *m.buffers())]
+        tensors.append(self.log_alpha)
+        for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer):
+            for state in optimizer.state.values():
+                tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+        return tensors
+
+    def _graph_settings(self) -> tuple[Any, ...]:
+        """Return the host-side values a captured update bakes in (learning rates, config)."""
+        groups = tuple(tuple((k, v) for k, v in group.items() if k != 'params')
+                       for optimizer in (self.critic_optimizer, self.actor_optimizer,
+                                         self.alpha_optimizer)
+                       for group in optimizer.param_groups)
+        return groups, tuple(vars(self.cfg).values()), self.target_entropy
 
     # ------------------------------------------------------------------ knobs (training doctor)
     def scale_learning_rate(self, factor: float) -> None:
@@ -452,10 +577,10 @@ class SAC:
             self.log_alpha.copy_(state['log_alpha'])
         for name in ('actor_optimizer', 'critic_optimizer', 'alpha_optimizer'):
             optimizer = getattr(self, name)
-            kernel = {k: optimizer.defaults[k] for k in ('fused', 'foreach')}
+            kernel = {k: optimizer.defaults[k] for k in ('fused', 'foreach', 'capturable')}
             optimizer.load_state_dict(state[name])
             # A saved group carries its kernel choice: keep the one :func:`_adam` made (an
-            # older checkpoint would turn the fused kernel off).
+            # older checkpoint would turn the fused kernel off; a CPU one, capture off).
             for group in optimizer.param_groups:
                 group.update(kernel)
         self.policy_reg.load_state_dict(state['policy_reg'] if 'policy_reg' in state

@@ -146,15 +146,24 @@ class SACConfig(Section):
                                'CUDA graphs).', choices=('reduce-overhead', 'default',
                                                          'max-autotune-no-cudagraphs'),
                                read_only=True)
+    cuda_graph: bool = option(
+        True, 'On CUDA, capture each whole update (both gradient steps, the Polyak averages) as '
+        'one CUDA graph per batch size and replay it: one launch instead of hundreds, the '
+        'host free to sample the next batch. Needs compile = off; CPU learners run eager.',
+        read_only=True)
 
     def check(self, source: str | None, prefix: str) -> None:
-        """Check the hidden sizes; warn about a gradient clip outside 0.5-1.0 (0 = off)."""
+        """Check the hidden sizes and the CUDA update; warn about an unusual gradient clip."""
         low, high = GRAD_CLIP_RECOMMENDED
         if not low <= self.grad_clip_norm <= high:
             where = f'{source}: ' if source else ''
             _LOG.warning('%s%sgrad_clip_norm = %g is outside the recommended range %g-%g%s',
                          where, prefix, self.grad_clip_norm, low, high,
                          ' (0 turns clipping off)' if self.grad_clip_norm == 0 else '')
+        if self.cuda_graph and self.compile != 'off':
+            raise ConfigError(prefix + 'compile', self.compile,
+                              "'off' while cuda_graph is true (torch.compile makes its own "
+                              'graphs: set cuda_graph to false)', source)
         if not self.hidden_sizes:
             raise ConfigError(prefix + 'hidden_sizes', self.hidden_sizes, 'at least one layer',
                               source)

@@ -183,6 +183,10 @@ class Doctor:
                    'step skipped', restore=False)
         return False
 
+    def step_passed(self) -> None:
+        """Record steps found finite on the device (a CUDA graph), as :meth:`step_ok` would."""
+        self.consecutive_skips = 0
+
     def step_ok(self, losses: Mapping[str, Any] | Any,
                 parameters: Params | None = None, grad_norm: float | None = None) -> bool:
         """
