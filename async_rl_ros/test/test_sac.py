@@ -652,8 +652,12 @@ def test_compiled_matches_eager(monkeypatch):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize('device', ['cpu', pytest.param('cuda', marks=CUDA)])
-def test_the_graphed_update_is_the_eager_update(device):
+@pytest.mark.parametrize('device, flat', [
+    ('cpu', {}),
+    # delayed actor and target updates: updates without an actor step are a graph of their own
+    ('cpu', {'policy_frequency': 2, 'target_network_frequency': 3}),
+    pytest.param('cuda', {}, marks=CUDA)])
+def test_the_graphed_update_is_the_eager_update(device, flat):
     """
     Replayed graphs compute what eager updates compute, through what breaks a graph.
 
@@ -666,7 +670,7 @@ def test_the_graphed_update_is_the_eager_update(device):
     for graphed in (False, True):
         torch.manual_seed(0)
         sacs[graphed] = SAC(21, 6, SACConfig.from_flat({'device': device,
-                                                        'cuda_graph': graphed}))
+                                                        'cuda_graph': graphed, **flat}))
     eager, graph = sacs[False], sacs[True]
     if device == 'cpu':
         assert graph.graphs is None  # CPU learners run eager
@@ -698,5 +702,6 @@ def test_the_graphed_update_is_the_eager_update(device):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
     assert (eager.num_updates, eager.num_skipped, eager.num_actor_updates) == (
         graph.num_updates, graph.num_skipped, graph.num_actor_updates)
-    # Captured: 256, 256 again after the learning rate change, 128, 256 after the load.
-    assert graph.graphs.captures == 4
+    # Captured: 256, 256 again after the learning rate change, 128, 256 after the load. With
+    # delayed actor steps the two kinds of update warm up in turn: fewer captures in 16 steps.
+    assert graph.graphs.captures == 4 if not flat else graph.graphs.captures >= 2
