@@ -81,9 +81,10 @@ class _Entry:
 
 class UpdateGraphs:
     """
-    Capture and replay an update function per key, on one CUDA device.
+    Capture and replay an update function per key, on one device.
 
-    :param device: the CUDA device of the state and the inputs.
+    :param device: the device of the state and the inputs (CUDA, unless ``recorder`` is
+        given).
     :param state: returns every tensor the update reads or changes between calls (parameters,
         targets, optimizer moments and steps); a replaced one forces a new capture, and the
         graph backs them all up at its start.
@@ -199,9 +200,3 @@ class UpdateGraphs:
         if self.device.type == 'cuda':
             return torch.cuda.get_rng_state(self.device)
         return torch.get_rng_state()
-
-    def clear(self) -> None:
-        """Drop every graph (they are captured again when next needed)."""
-        self._entries.clear()
-        self._last = None
-        self._fingerprint = None
