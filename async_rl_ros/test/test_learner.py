@@ -104,7 +104,7 @@ def test_the_learner_takes_the_graphed_update_with_the_doctor_as_its_guard(tmp_p
     The doctor guards SAC as a FiniteGuard, so a CUDA learner replays graphs.
 
     On the CPU the graph is "recorded" as a Python call; the two learners must stay equal,
-    a non-finite batch included (the doctor counts and acts on the skip as eagerly).
+    through a poisoned critic too (the doctor counts and acts on the skips as eagerly).
     """
     learners = []
     for _ in range(2):
