@@ -178,9 +178,10 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     transitions = 10_000 if args.quick else 100_000
 
     graph = args.cuda_graph == 'on' and args.compile == 'off'
+    graphed = graph and device.type == 'cuda'  # what the learner does with that setting
     hidden = shipped(device, args.compile, graph, 256).sac.hidden_sizes
     print(f'device={device} threads={torch.get_num_threads()} compile={args.compile} '
-          f'cuda_graph={graph and device.type == "cuda"} '
+          f'cuda_graph={graphed} '
           f'guard={not args.no_guard} hidden={hidden} seconds/cell={seconds:g} '
           f'replay={transitions} env steps (+ relabeled copies)')
     print(f'{"batch":>6} | {"update/s":>10} | {"samples/s":>10} | {"learner step/s":>15}')
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
         cell = f'{steps:15.1f}' if steps is not None else f'{"-":>15}'
         print(f'{size:>6} | {ups:10.1f} | {ups * size:10.0f} | {cell}')
     summary['device'] = str(device)
-    summary['cuda_graph'] = graph and device.type == 'cuda'
+    summary['cuda_graph'] = graphed
     summary['hidden_sizes'] = list(hidden)
     print(json.dumps(summary))
     return summary

@@ -599,8 +599,8 @@ def test_learns_contextual_bandit():
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 
 
-def _cuda_batch(step: int, size: int = 256, device: str = 'cuda'
-                ) -> tuple[dict, torch.Tensor]:
+def _sized_batch(step: int, size: int = 256, device: str = 'cuda'
+                 ) -> tuple[dict, torch.Tensor]:
     gen = torch.Generator().manual_seed(step)
     batch = {'obs': torch.randn(size, 21, generator=gen),
              'action': torch.rand(size, 6, generator=gen) * 2 - 1,
@@ -642,7 +642,7 @@ def test_compiled_matches_eager(monkeypatch):
         assert sac.compiled == (mode == 'on') and sac.graphs is None
         history = []
         for step in range(5):
-            batch, weights = _cuda_batch(step)
+            batch, weights = _sized_batch(step)
             torch.manual_seed(100 + step)
             history.append(sac.update(batch, weights))
         runs[mode] = (history, _all_tensors(sac))
@@ -680,7 +680,7 @@ def test_the_graphed_update_is_the_eager_update(device, flat):
     saved = None
     for step in range(16):
         size = 128 if 9 <= step < 12 else 256
-        batch, weights = _cuda_batch(step, size, device)
+        batch, weights = _sized_batch(step, size, device)
         if step == 8:
             batch['reward'][5] = float('nan')  # poisons the critic step only
         if step == 6:

@@ -105,8 +105,7 @@ class FiniteGuard:
             any of their gradients is; the temperature's gradient equals ``alpha_loss``).
         :returns: whether to apply the step.
         """
-        checks = [loss.detach().reshape(-1) for loss in losses.values()]
-        return bool(torch.isfinite(torch.cat([*checks, grad_norm.reshape(1)])).all())
+        return bool(_all_finite([*losses.values(), grad_norm]))
 
     def passed(self) -> None:
         """Record an update whose every step a CUDA graph found finite (nothing to do here)."""
@@ -114,6 +113,16 @@ class FiniteGuard:
 
 #: The default guard.
 finite_guard = FiniteGuard()
+
+
+def _all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Return, on their device, whether every element of some tensors is finite (no sync)."""
+    return torch.isfinite(torch.cat([t.detach().float().reshape(-1) for t in tensors])).all()
+
+
+def _scalars(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack 0-d tensors into one float vector: one device read for all of them."""
+    return torch.stack([t.float().reshape(()) for t in tensors])
 
 
 def _adam(parameters: Sequence[torch.Tensor], lr: float, capturable: bool) -> torch.optim.Adam:
@@ -298,7 +307,7 @@ class SAC:
             reg_weight = torch.tensor(self.policy_reg_weight, device=obs.device)
             out = self._update_body(*inputs, reg_weight, target_weight, average_weight,
                                     actor_step, use_reg, guard)
-            values = torch.stack([t.float().reshape(()) for t in out.tensors.values()]).tolist()
+            values = _scalars(list(out.tensors.values())).tolist()
             # Under torch.compile's CUDA graphs the next call reuses td_abs's memory.
             return (self._finish(dict(zip(out.tensors, values)), out),
                     out.td_abs.clone() if self.compiled else out.td_abs)
@@ -312,9 +321,7 @@ class SAC:
         def body(*static: torch.Tensor) -> tuple[list[torch.Tensor], _Body]:
             out = self._update_body(*static[:6], static[6][0], static[6][1], static[6][2],
                                     actor_step, use_reg, None)
-            checks = torch.cat([c.detach().float().reshape(-1) for c in out.checks])
-            vector = torch.stack([t.float().reshape(()) for t in out.tensors.values()]
-                                 + [torch.isfinite(checks).all().float()])
+            vector = _scalars([*out.tensors.values(), _all_finite(out.checks)])
             return [vector, out.td_abs], out
 
         replayed, result = self.graphs.run(key, (*inputs, scalars), body, eager)

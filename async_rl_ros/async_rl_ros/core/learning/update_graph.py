@@ -115,9 +115,13 @@ class UpdateGraphs:
         #: Graphs captured so far (a test and the bench read it).
         self.captures = 0
 
+    def _fingerprint_now(self) -> tuple[Any, ...]:
+        """Return where every state tensor lives and the baked-in settings, as of now."""
+        return tuple(t.data_ptr() for t in self._state()), self._settings()
+
     def _check_fingerprint(self) -> None:
         """Drop every graph when a state tensor moved or a baked-in setting changed."""
-        fingerprint = (tuple(t.data_ptr() for t in self._state()), self._settings())
+        fingerprint = self._fingerprint_now()
         if fingerprint != self._fingerprint:
             self._entries.clear()
             self._last = None
@@ -153,7 +157,7 @@ class UpdateGraphs:
                     result = eager()
                 torch.cuda.current_stream(self.device).wait_stream(self._stream)
             # An eager step can create tensors (the first optimizer step creates the moments).
-            self._fingerprint = (tuple(t.data_ptr() for t in self._state()), self._settings())
+            self._fingerprint = self._fingerprint_now()
             return False, result
         if entry.replay is None:
             self._capture(entry, inputs, body)
