@@ -304,7 +304,10 @@ class SAC:
         average_weight = self.average_factor() if self.actor_average is not None else 0.0
 
         def eager() -> tuple[dict[str, float], torch.Tensor]:
-            reg_weight = torch.tensor(self.policy_reg_weight, device=obs.device)
+            # Only an actor step reads the weight (a tensor: a doctor changing it recompiles
+            # nothing).
+            reg_weight = (torch.tensor(self.policy_reg_weight, device=obs.device) if actor_step
+                          else None)
             out = self._update_body(*inputs, reg_weight, target_weight, average_weight,
                                     actor_step, use_reg, guard)
             values = _scalars(list(out.tensors.values())).tolist()
@@ -340,7 +343,7 @@ class SAC:
 
     def _update_body(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
                      next_obs: torch.Tensor, terminated: torch.Tensor, weights: torch.Tensor,
-                     reg_weight: torch.Tensor, target_weight: float | torch.Tensor,
+                     reg_weight: torch.Tensor | None, target_weight: float | torch.Tensor,
                      average_weight: float | torch.Tensor, actor_step: bool, use_reg: bool,
                      guard: Guard | None) -> _Body:
         """
@@ -349,7 +352,8 @@ class SAC:
         :param target_weight: Polyak factor of the target critics this update (0: none).
         :param average_weight: factor of the averaged actor this update.
         :param actor_step: step the actor and the temperature (``policy_frequency`` times).
-        :param use_reg: add the policy regularization term, weighted by ``reg_weight``.
+        :param use_reg: add the policy regularization term, weighted by ``reg_weight`` (read
+            only with ``actor_step``).
         :param guard: judges each step (a Python bool: the device is read); ``None`` applies
             every step.
         """
