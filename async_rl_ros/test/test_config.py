@@ -15,6 +15,7 @@
 """Configuration: dataclass validation, the ros__parameters loader and the CLI's errors."""
 
 import pathlib
+import pickle
 import re
 import subprocess
 import sys
@@ -115,6 +116,9 @@ def test_bad_values_name_the_key_and_what_is_allowed(tmp_path, text, key, allowe
     assert info.value.key == key
     assert allowed in str(info.value)
     assert str(path) in str(info.value)
+    # Raised in a worker or pool process, the error reaches the parent whole.
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (copy.key, str(copy)) == (key, str(info.value))
 
 
 @pytest.mark.parametrize('section, hint', [

@@ -129,6 +129,46 @@ def test_lockstep_workers_act_with_the_round_policy_while_the_shards_lag(tmp_pat
     assert run.loop.lag_percentiles()['charts/transition_lag_max'] <= 1.0
 
 
+def test_a_lockstep_round_waits_for_a_worker_the_machine_holds_back(tmp_path):
+    """
+    A worker starved of the CPU delays its round; the round never goes on without it.
+
+    A round used to go on 5 s after the first batch, so on a machine loaded beyond its cores
+    a late worker's batch landed in the next round, acted with a policy a whole round old.
+    The worker is paused here for longer than that, then resumed.
+    """
+    run = local_run(*configs(tmp_path, 'sync', 10**9))
+    stop = threading.Event()
+    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 300
+        while run.learner.policy_version < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.learner.policy_version >= 2
+        held = run.transport.workers[1].process
+        os.kill(held.pid, signal.SIGSTOP)
+        try:
+            rounds = run.transport.shared.round.value
+            time.sleep(7.0)  # longer than the 5 s a round used to wait
+            # At most the round under way ends, releasing the next, which waits for the worker.
+            assert run.transport.shared.round.value <= rounds + 1
+        finally:
+            os.kill(held.pid, signal.SIGCONT)
+        steps = run.learner.env_steps
+        while run.learner.env_steps < steps + 500 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.learner.env_steps >= steps + 500
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        run.close()
+    assert not thread.is_alive()
+    assert run.loop.lag_percentiles()['charts/transition_lag_max'] <= 1.0
+    assert run.transport.metrics()['transport/stalled_rounds'] == 0
+    assert run.transport.respawns == 0
+
+
 @pytest.mark.parametrize('ratio', [0.25, 1.0])
 def test_async_workers_keep_to_the_update_to_data_ratio(tmp_path, ratio):
     """Free-running workers would send 100x what the learner uses; the limit holds them."""

@@ -59,6 +59,11 @@ class ConfigError(ValueError):
         where = f'{source}: ' if source else ''
         super().__init__(f'{where}{key} = {value!r} is not allowed ({allowed})')
 
+    def __reduce__(self):
+        # Raised in a worker or pool process, it travels back whole (pickle would otherwise
+        # call __init__ with the message alone).
+        return type(self), (self.key, self.value, self.allowed, self.source)
+
 
 @dataclasses.dataclass(frozen=True)
 class OptionInfo:

@@ -47,7 +47,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig
 from async_rl_ros.core.config import LocalRunnerConfig
@@ -64,8 +64,8 @@ __all__ = ['LocalTransport', 'default_num_workers']
 
 _LOG = logging.getLogger(__name__)
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
-SYNC_ROUND_TIMEOUT_S = 5.0  # s a sync round waits for missing workers
-SYNC_POLICY_WAIT_S = 4 * SYNC_ROUND_TIMEOUT_S  # s a sync worker waits for its round's policy
+SYNC_STALL_S = 60.0         # s without any batch before a sync round goes on (a hung worker)
+SYNC_POLICY_WAIT_S = 60.0   # s a sync worker waits for its round's policy (shards gone)
 UNLIMITED = 2**62           # allowance of free-running workers
 READ_IDLE_S = 0.001         # s the reader sleeps when no worker queue had a batch
 
@@ -165,9 +165,10 @@ def _await_round_policy(shared: _Shared, runtime: Any) -> None:
 
     The weights travel through the shard processes, which a busy machine can hold back for
     rounds (a shard process working through a backlog of commits); without this wait a sync
-    worker would act with a policy many versions old. A round whose policy does not arrive
-    within :data:`SYNC_POLICY_WAIT_S` (a shard being respawned) is acted on with the last
-    policy held, and shows as policy lag.
+    worker would act with a policy many versions old. The learner keeps the shards alive while it waits for the round's batches
+    (:meth:`LocalTransport.take`), so the policy arrives; only a weight path that delivers
+    nothing for :data:`SYNC_POLICY_WAIT_S` lets the worker act on with the last policy held,
+    which shows as policy lag.
     """
     wanted = shared.round_version.value
     deadline = time.monotonic() + SYNC_POLICY_WAIT_S
@@ -236,16 +237,24 @@ class LocalTransport:
         self._retired: list[Any] = []  # queues of dead workers, drained then closed
         self.worker_stats: dict[int, dict[str, float]] = {}
         self.respawns = 0
+        self.stalled_rounds = 0  # sync rounds that went on without a hung worker
         self.stopping = False
         self._steps_at_start = 0
         self._rate_state: dict[int, tuple[float, float]] = {}
         self._reader = threading.Thread(target=self._read_queue, name='transitions',
                                         daemon=True)
         self._last_check = 0.0
+        self._should_stop: Callable[[], bool] = lambda: False
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, learner: Learner) -> None:
-        """Start the reader thread and the worker processes."""
+    def start(self, learner: Learner,
+              should_stop: Callable[[], bool] = lambda: False) -> None:
+        """
+        Start the reader thread and the worker processes.
+
+        :param should_stop: the run's stop request, which also ends a lockstep round's wait.
+        """
+        self._should_stop = should_stop
         self._steps_at_start = learner.env_steps
         self.maintain(learner)
         self._reader.start()
@@ -324,7 +333,11 @@ class LocalTransport:
         Return the batches that arrived.
 
         In lockstep a call first releases the workers for the next round, then waits until
-        every worker sent its batch (or a timeout, when a worker died or dropped its batch).
+        every worker sent its batch. The wait is on the batches, not on a clock: a worker that
+        dies is respawned meanwhile and the new process sends the batch, a shard that dies is
+        respawned so the workers get the round's policy, and a loaded machine only makes the
+        round longer. Only a round in which no batch at all arrives for :data:`SYNC_STALL_S`
+        (a hung worker process) goes on without the missing ones, with a warning.
         """
         if not self.blocking:
             return self._received(self.buffer.take())
@@ -332,15 +345,23 @@ class LocalTransport:
         self.shared.round_version.value = self.weights.version
         self.shared.round.value += 1  # the only writer
         out: list = []
-        start = time.monotonic()
-        while len(out) < self.num_workers and not self.shared.stop.value:
-            out += self.buffer.take()
-            late = out and time.monotonic() - start > SYNC_ROUND_TIMEOUT_S
-            if late or time.monotonic() - start > 4 * SYNC_ROUND_TIMEOUT_S:
+        last_batch = time.monotonic()
+        while (len(out) < self.num_workers and not self.shared.stop.value
+               and not self._should_stop()):
+            got = self.buffer.take()
+            if got:
+                out += got
+                last_batch = time.monotonic()
+                continue
+            if time.monotonic() - last_batch > SYNC_STALL_S:
+                _LOG.warning('sync round %d: %d of %d workers sent nothing for %.0f s; going '
+                             'on without them', self.shared.round.value,
+                             self.num_workers - len(out), self.num_workers, SYNC_STALL_S)
+                self.stalled_rounds += 1
                 break
-            if len(out) < self.num_workers:
-                time.sleep(0.0005)
-                self._check_workers()
+            time.sleep(0.0005)
+            if self._check_workers():
+                self.weights.maintain()
         return self._received(out)
 
     def _received(self, ready: list) -> list[Received]:
@@ -360,10 +381,11 @@ class LocalTransport:
         self._check_workers()
         self.weights.maintain()
 
-    def _check_workers(self) -> None:
+    def _check_workers(self) -> bool:
+        """Respawn dead workers (every :data:`RESPAWN_DELAY_S` at most); return if it looked."""
         now = time.monotonic()
         if now - self._last_check < RESPAWN_DELAY_S or self.stopping:
-            return
+            return False
         self._last_check = now
         for worker_id, handle in list(self.workers.items()):
             if not handle.process.is_alive() and not self.shared.stop.value:
@@ -373,6 +395,7 @@ class LocalTransport:
                              handle.process.exitcode)
                 self._spawn(worker_id)
                 self.respawns += 1  # after the new handle is in place, for observers
+        return True
 
     # ------------------------------------------------------------------ WeightSink
     def publish(self, state: PolicyState) -> int | None:
@@ -401,6 +424,7 @@ class LocalTransport:
                'transport/dropped_batches': float(sum(s['dropped'] for s in stats)),
                'transport/rejected_packets': float(sum(s['rejected'] for s in stats)),
                'transport/respawns': float(self.respawns),
+               'transport/stalled_rounds': float(self.stalled_rounds),
                'transport/rate_limited': float(sum(self.shared.produced)
                                                >= self.shared.allowance.value)}
         out.update({k: float(v) for k, v in self.weights.stats().items()})

@@ -143,7 +143,7 @@ class LocalRun:
         """Train until the budget or ``should_stop()``; then stop every process."""
         try:
             if self.transport is not None:
-                self.transport.start(self.learner)
+                self.transport.start(self.learner, should_stop)
             self.loop.run(should_stop)
             self.loop.report()  # the last metrics, however short the run
         finally:
