@@ -165,10 +165,10 @@ def _await_round_policy(shared: _Shared, runtime: Any) -> None:
 
     The weights travel through the shard processes, which a busy machine can hold back for
     rounds (a shard process working through a backlog of commits); without this wait a sync
-    worker would act with a policy many versions old. The learner keeps the shards alive while it waits for the round's batches
-    (:meth:`LocalTransport.take`), so the policy arrives; only a weight path that delivers
-    nothing for :data:`SYNC_POLICY_WAIT_S` lets the worker act on with the last policy held,
-    which shows as policy lag.
+    worker would act with a policy many versions old. The learner keeps the shards alive
+    while it waits for the round's batches (:meth:`LocalTransport.take`), so the policy
+    arrives; only a weight path that delivers nothing for :data:`SYNC_POLICY_WAIT_S` lets the
+    worker act on with the last policy held, which shows as policy lag.
     """
     wanted = shared.round_version.value
     deadline = time.monotonic() + SYNC_POLICY_WAIT_S
