@@ -554,6 +554,27 @@ def test_state_dict_round_trip_resumes_identically():
         SAC(OBS + 1, ACT, SACConfig.from_flat(TINY)).load_state_dict(state)
 
 
+def test_a_loaded_state_is_copied_not_shared():
+    """Two SACs loaded from one state dict train apart; the dict itself stays as saved."""
+    sac = make_sac()
+    for seed in range(2):
+        sac.update(make_batch(seed=seed))
+    state = sac.state_dict()
+    saved = copy.deepcopy(state)
+    first, second = make_sac(seed=3), make_sac(seed=4)
+    first.load_state_dict(state)
+    second.load_state_dict(state)
+    moments = copy.deepcopy(second.critic_optimizer.state_dict())
+    first.update(make_batch(seed=5))
+    for name in ('actor_optimizer', 'critic_optimizer', 'alpha_optimizer'):
+        for slot, values in saved[name]['state'].items():
+            for key, value in values.items():
+                assert torch.equal(state[name]['state'][slot][key], value), (name, key)
+    for slot, values in moments['state'].items():
+        for key, value in values.items():
+            assert torch.equal(second.critic_optimizer.state_dict()['state'][slot][key], value)
+
+
 def test_a_checkpoint_that_saved_the_regularization_weight_still_resumes():
     """Older checkpoints hold ``policy_reg_weight`` and ``reference_policy``, not the scale."""
     sac = make_sac()

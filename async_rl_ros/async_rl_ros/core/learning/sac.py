@@ -589,7 +589,9 @@ class SAC:
         for name in ('actor_optimizer', 'critic_optimizer', 'alpha_optimizer'):
             optimizer = getattr(self, name)
             kernel = {k: optimizer.defaults[k] for k in ('fused', 'foreach', 'capturable')}
-            optimizer.load_state_dict(state[name])
+            # PyTorch keeps the given moment tensors when they are on the right device: a copy,
+            # so this SAC never shares them with the dict or with another SAC loaded from it.
+            optimizer.load_state_dict(copy.deepcopy(state[name]))
             # A saved group carries its kernel choice: keep the one :func:`_adam` made (an
             # older checkpoint would turn the fused kernel off; a CPU one, capture off).
             for group in optimizer.param_groups:
