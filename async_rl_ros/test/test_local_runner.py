@@ -14,6 +14,7 @@
 
 """The embedded runner: worker processes, both modes, respawn, clean Ctrl-C."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -60,6 +61,26 @@ def train_to_the_end(*cfgs):
     return run
 
 
+@contextlib.contextmanager
+def in_background(run):
+    """Train ``run`` in a thread; on leaving, ask it to stop, join it and end its processes."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        run.close()
+
+
+def wait_for(condition, deadline: float, poll: float = 0.05) -> None:
+    """Poll ``condition()`` until it holds or the monotonic clock passes ``deadline``."""
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(poll)
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
@@ -101,31 +122,24 @@ def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
 def test_lockstep_workers_act_with_the_round_policy_while_the_shards_lag(tmp_path):
     """A sync round starts only with its policy, even when the shard processes fall behind."""
     run = local_run(*configs(tmp_path, 'sync', 10**9))
-    stop = threading.Event()
-    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
-    thread.start()
-    shards = list(run.transport.weights._procs)
-    try:
-        deadline = time.monotonic() + 300
-        while run.learner.policy_version < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.learner.policy_version >= 2
-        for shard in shards:  # the commits queue up behind the paused shards
-            os.kill(shard.pid, signal.SIGSTOP)
-        time.sleep(1.0)  # rounds would go on with an old policy here
-        for shard in shards:
-            os.kill(shard.pid, signal.SIGCONT)
-        steps = run.learner.env_steps
-        while run.learner.env_steps < steps + 500 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.learner.env_steps >= steps + 500
-    finally:
-        for shard in shards:
-            if shard.is_alive():
+    with in_background(run):
+        shards = list(run.transport.weights._procs)
+        try:
+            deadline = time.monotonic() + 300
+            wait_for(lambda: run.learner.policy_version >= 2, deadline)
+            assert run.learner.policy_version >= 2
+            for shard in shards:  # the commits queue up behind the paused shards
+                os.kill(shard.pid, signal.SIGSTOP)
+            time.sleep(1.0)  # rounds would go on with an old policy here
+            for shard in shards:
                 os.kill(shard.pid, signal.SIGCONT)
-        stop.set()
-        thread.join(timeout=60)
-        run.close()
+            steps = run.learner.env_steps
+            wait_for(lambda: run.learner.env_steps >= steps + 500, deadline)
+            assert run.learner.env_steps >= steps + 500
+        finally:
+            for shard in shards:
+                if shard.is_alive():
+                    os.kill(shard.pid, signal.SIGCONT)
     assert run.loop.lag_percentiles()['charts/transition_lag_max'] <= 1.0
 
 
@@ -138,13 +152,9 @@ def test_a_lockstep_round_waits_for_a_worker_the_machine_holds_back(tmp_path):
     The worker is paused here for longer than that, then resumed.
     """
     run = local_run(*configs(tmp_path, 'sync', 10**9))
-    stop = threading.Event()
-    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
-    thread.start()
-    try:
+    with in_background(run) as thread:
         deadline = time.monotonic() + 300
-        while run.learner.policy_version < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: run.learner.policy_version >= 2, deadline)
         assert run.learner.policy_version >= 2
         held = run.transport.workers[1].process
         os.kill(held.pid, signal.SIGSTOP)
@@ -156,13 +166,8 @@ def test_a_lockstep_round_waits_for_a_worker_the_machine_holds_back(tmp_path):
         finally:
             os.kill(held.pid, signal.SIGCONT)
         steps = run.learner.env_steps
-        while run.learner.env_steps < steps + 500 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: run.learner.env_steps >= steps + 500, deadline)
         assert run.learner.env_steps >= steps + 500
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        run.close()
     assert not thread.is_alive()
     assert run.loop.lag_percentiles()['charts/transition_lag_max'] <= 1.0
     assert run.transport.metrics()['transport/stalled_rounds'] == 0
@@ -248,37 +253,25 @@ def test_with_a_physical_arm_the_learner_and_its_processes_keep_off_the_arm_cpu(
 
 def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path):
     run = local_run(*configs(tmp_path, 'async', 10**9))
-    stop = threading.Event()
-    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
-    thread.start()
     transport = run.transport
-    try:
+    with in_background(run) as thread:
         deadline = time.monotonic() + 120
-        while run.learner.policy_version < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: run.learner.policy_version >= 2, deadline, poll=0.1)
         victim = transport.workers[0].process
         victim.kill()
-        killed = time.monotonic()
-        while transport.respawns == 0 and time.monotonic() - killed < 120:
-            time.sleep(0.05)
+        wait_for(lambda: transport.respawns > 0, time.monotonic() + 120)
         assert transport.respawns == 1
         assert transport.workers[0].process.pid != victim.pid
         steps = run.learner.env_steps
-        while run.learner.env_steps < steps + 500 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: run.learner.env_steps >= steps + 500, deadline, poll=0.1)
         assert run.learner.env_steps >= steps + 500
         # The respawned worker acts with a policy, not with a warm-up of its own.
-        while (transport.worker_stats.get(0, {}).get('restarts') != 1
-               and time.monotonic() < deadline):
-            time.sleep(0.1)
+        wait_for(lambda: transport.worker_stats.get(0, {}).get('restarts') == 1, deadline,
+                 poll=0.1)
         stats = transport.worker_stats[0]
         assert stats['restarts'] == 1 and stats['policy_version'] >= 1
         # It joined in the middle of the deltas: it took the keyframe it lacked, then deltas.
         assert stats['weights/full_packets'] >= 1 and stats['policies'] >= 1
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        run.close()
     assert not thread.is_alive()
     assert all(not h.process.is_alive() for h in transport.workers.values())
 
@@ -286,22 +279,13 @@ def test_a_killed_worker_is_respawned_and_acts_with_the_policy_at_once(tmp_path)
 def test_a_worker_killed_while_writing_does_not_stall_the_others(tmp_path):
     """A worker SIGKILLed inside a queue write leaves that queue's lock held: only its own."""
     run = local_run(*configs(tmp_path, 'async', 10**9))
-    stop = threading.Event()
-    thread = threading.Thread(target=run.run, kwargs={'should_stop': stop.is_set})
-    thread.start()
-    try:
+    with in_background(run) as thread:
         deadline = time.monotonic() + 120
-        while run.learner.env_steps < 300 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: run.learner.env_steps >= 300, deadline, poll=0.1)
         run.transport.queues[0]._wlock.acquire()  # what the killed writer leaves behind
         steps = run.learner.env_steps
-        while run.learner.env_steps < steps + 500 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: run.learner.env_steps >= steps + 500, deadline, poll=0.1)
         assert run.learner.env_steps >= steps + 500  # worker 1's batches still arrive
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        run.close()
     assert not thread.is_alive()
 
 
