@@ -277,6 +277,28 @@ def test_count_term_decays_for_often_sampled_items():
     assert np.ptp(buf.sampler.counts[everything]) > 0
 
 
+def test_a_draw_and_its_td_errors_refresh_the_trees_once():
+    """A sample's draw counts reach the trees with its TD errors: one refresh, not two."""
+    buf = make_buffer(capacity=64)
+    buf.extend(make_batch(32))
+    sampler = buf.sampler
+    refreshed = []
+    for tree in (sampler.sum_tree, sampler.min_tree):
+        def counted(idx, values, update=tree.update):
+            refreshed.append(len(idx))
+            update(idx, values)
+        tree.update = counted
+    for step in range(5):
+        indices, _, info = buf.sample(16)
+        buf.update_priority(indices, np.full(16, 0.5 + step), insert_ids=info['insert_ids'])
+        assert len(refreshed) == 2, refreshed  # the sum tree and the min tree, once each
+        refreshed.clear()
+        assert_tree_invariants(sampler)
+    # A reader between a draw and its TD errors sees the trees with the new counts.
+    buf.sample(16)
+    assert_tree_invariants(sampler)
+
+
 def test_new_transitions_enter_with_max_priority():
     buf = make_buffer(capacity=32, seed=4, alpha=0.6)
     idx = buf.extend(make_batch(10))

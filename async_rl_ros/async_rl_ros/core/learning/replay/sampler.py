@@ -83,6 +83,8 @@ class CountAwarePrioritizedSampler:
         self._sum = SumTree(self.capacity)
         self._min = MinTree(self.capacity)
         self._max_td = 1.0
+        #: slots whose draw counts changed since the trees last saw them (see :meth:`sample`)
+        self._unsettled = np.zeros(0, dtype=np.int64)
         self._calls = 0
         self._evictions = 0
         self._nonfinite_td = 0
@@ -91,11 +93,13 @@ class CountAwarePrioritizedSampler:
     @property
     def sum_tree(self) -> SumTree:
         """Return the sum tree over ``q_i`` (0 for empty and evicted slots)."""
+        self._settle()
         return self._sum
 
     @property
     def min_tree(self) -> MinTree:
         """Return the min tree over ``q_i`` (+inf for empty and evicted slots)."""
+        self._settle()
         return self._min
 
     @property
@@ -142,6 +146,7 @@ class CountAwarePrioritizedSampler:
         :returns: ``w_i q_i / sum_j w_j q_j`` with ``w`` the source weight (0 for empty or
             evicted slots).
         """
+        self._settle()
         total = self._sum.total()
         q = self._sum.get(indices)
         return q / total if total > 0.0 else np.zeros_like(q)
@@ -164,6 +169,12 @@ class CountAwarePrioritizedSampler:
         self._sum.update(idx, np.where(live, q * self.source_weight(idx), 0.0))
         self._min.update(idx, np.where(live, q, np.inf))
 
+    def _settle(self) -> None:
+        """Refresh the slots drawn by the last :meth:`sample` whose TD errors have not come."""
+        if self._unsettled.size:
+            idx, self._unsettled = self._unsettled, self._unsettled[:0]
+            self._refresh(idx)
+
     def on_insert(self, indices: np.ndarray, sources: np.ndarray | None = None) -> None:
         """
         Register new transitions: count 0, TD term at the running maximum, not evicted.
@@ -171,6 +182,7 @@ class CountAwarePrioritizedSampler:
         :param indices: slots just written (repeats allowed).
         :param sources: index in :data:`SOURCES` of each (all simulated when omitted).
         """
+        self._settle()
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         src = (np.zeros(idx.size, dtype=np.int8) if sources is None
                else np.broadcast_to(np.asarray(sources, dtype=np.int8).reshape(-1), idx.shape))
@@ -211,6 +223,8 @@ class CountAwarePrioritizedSampler:
             err = np.where(bad, self._max_td, err)
         self._max_td = max(self._max_td, float(err.max()))
         self._td[idx] = err
+        # One refresh for the new TD errors and the draw counts of the last sample.
+        idx, self._unsettled = np.union1d(self._unsettled, idx), self._unsettled[:0]
         self._refresh(idx)
 
     # ------------------------------------------------------------------ sampling
@@ -236,6 +250,7 @@ class CountAwarePrioritizedSampler:
         batch_size = int(batch_size)
         if batch_size < 1:
             raise ValueError(f'batch_size must be >= 1, got {batch_size}')
+        self._settle()
         if self._sum.total() <= 0.0:
             raise ValueError('cannot sample: no transition is available')
         cfg = self.cfg
@@ -277,13 +292,16 @@ class CountAwarePrioritizedSampler:
         priorities = self.priority(idx)
         slots, hits = np.unique(idx, return_counts=True)
         self._counts[slots] += hits
-        self._refresh(slots)
+        # The trees see the new counts with the TD errors that follow (update_priority): one
+        # refresh of these slots instead of two. Whatever reads the trees first settles them.
+        self._unsettled = slots
         self._calls += 1
         info = {'weights': weights.astype(np.float32), 'probabilities': probabilities,
                 'priorities': priorities, 'policy_lag': lag, 'stale': stale, 'beta': beta}
         return idx, info
 
     def _evict(self, indices: np.ndarray) -> None:
+        self._settle()
         idx = np.unique(indices)
         self._evictions += int((~self._evicted[idx]).sum())
         self._evicted[idx] = True
@@ -292,6 +310,7 @@ class CountAwarePrioritizedSampler:
     # ------------------------------------------------------------------ state
     def stats(self) -> dict[str, float]:
         """Return counters for logging: sample calls, beta, max |TD|, evictions, bad TDs."""
+        self._settle()
         return {'sample_calls': self._calls, 'beta': self.beta, 'max_td': self._max_td,
                 'evicted': self._evictions, 'nonfinite_td': self._nonfinite_td,
                 'total_priority': self._sum.total()}
@@ -306,6 +325,7 @@ class CountAwarePrioritizedSampler:
 
         :returns: a dict of plain values and numpy arrays.
         """
+        self._settle()
         return {'capacity': self.capacity, 'td': self._td.copy(),
                 'counts': self._counts.copy(), 'filled': self._filled.copy(),
                 'evicted': self._evicted.copy(), 'source': self._source.copy(),
@@ -327,6 +347,7 @@ class CountAwarePrioritizedSampler:
         if int(state['capacity']) != self.capacity:
             raise ValueError(f'sampler of capacity {state["capacity"]} cannot be loaded into '
                              f'one of capacity {self.capacity}')
+        self._unsettled = self._unsettled[:0]
         self._td[:] = state['td']
         self._counts[:] = state['counts']
         self._filled[:] = state['filled']
