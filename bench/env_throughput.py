@@ -46,7 +46,7 @@ def run_env(steps: int, physics_hz: float, seed: int) -> float:
     from async_rl_ros.envs.reach_env import make_reach_env
 
     env = make_reach_env(**{'sim.physics_hz': physics_hz})
-    actions = _actions(steps, seed)
+    actions = _actions(steps, seed)[:, :env.action_space.shape[0]]  # the shipped action
     env.reset(seed=seed)
     start = time.perf_counter()
     for k in range(steps):

@@ -157,11 +157,13 @@ class Run:
 
     def write_checkpoint(self, hidden=(32, 32), poison: Callable | None = None) -> Path:
         """Write a learner checkpoint as a previous run would have, optionally damaged."""
-        from async_rl_ros.core.config import LearnerConfig
+        from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig
         from async_rl_ros.core.learning.learner import Learner
+        from async_rl_ros.envs.reach_task import UR5ReachTask
         cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(hidden),
                                          'checkpoint.directory': str(self.ckpt)})
-        learner = Learner(cfg, 21, 6)
+        spec = UR5ReachTask().spec(EnvWorkerConfig())  # what the resumed run's learner has
+        learner = Learner(cfg, spec.obs_dim, spec.act_dim)
         if poison is not None:
             poison(learner)
         return Path(learner.save_checkpoint())

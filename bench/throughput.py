@@ -47,7 +47,8 @@ def _raw_env(args: tuple[int, float]) -> float:
     rng = np.random.default_rng(seed)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, 6).astype(np.float32))
+        action = rng.uniform(-1, 1, env.action_space.shape).astype(np.float32)
+        _, _, terminated, truncated, _ = env.step(action)
         steps += 1
         if terminated or truncated:
             env.reset()

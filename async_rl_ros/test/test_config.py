@@ -107,6 +107,9 @@ env_worker:
      'env_worker.task.target_low[x]', '< env_worker.task.target_high[x]'),
     ('task: {target_high: [-0.1, 0.1, 0.4]}', 'env_worker.task.target_high[x]',
      '<= safety.workspace_high'),
+    ('manipulation: {action: joint}', 'env_worker.manipulation.action',
+     "the option moved: set 'env_worker.task.action' instead"),
+    ('task: {action: polar}', 'env_worker.task.action', "one of 'cartesian', 'joint'"),
 ])
 def test_bad_values_name_the_key_and_what_is_allowed(tmp_path, text, key, allowed):
     path = write(tmp_path, 'env_worker:\n  ros__parameters:\n    '

@@ -35,11 +35,11 @@ def env():
 
 
 def test_batches_are_stamped_and_full(env):
-    worker = EnvWorker(3, env, WorkerPolicy(21, 6, HIDDEN), batch_size=16, seed=1)
+    worker = EnvWorker(3, env, WorkerPolicy(21, 3, HIDDEN), batch_size=16, seed=1)
     batches = [b for b in (worker.step() for _ in range(40)) if b is not None]
     assert len(batches) == 2
     for b in batches:
-        assert b['obs'].shape == (16, 21) and b['action'].shape == (16, 6)
+        assert b['obs'].shape == (16, 21) and b['action'].shape == (16, 3)
         assert np.all(b['worker_id'] == 3)
         assert np.all(b['policy_version'] == NO_POLICY)  # no weights yet: random actions
         assert np.all(b['source'] == 0)  # 'sim'
@@ -54,7 +54,7 @@ def test_the_first_episode_starts_with_the_first_step_not_where_the_worker_is_bu
     reset = env.reset
     env.reset = lambda **kw: (resets.append(kw), reset(**kw))[1]
     try:
-        worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=4, seed=7)
+        worker = EnvWorker(0, env, WorkerPolicy(21, 3, HIDDEN), batch_size=4, seed=7)
         assert resets == []
         worker.step()
         assert resets == [{'seed': 7}]
@@ -63,23 +63,23 @@ def test_the_first_episode_starts_with_the_first_step_not_where_the_worker_is_bu
 
 
 def test_a_real_worker_tags_its_transitions_and_the_learner_stores_the_tag(env, tmp_path):
-    worker = EnvWorker(1, env, WorkerPolicy(21, 6, HIDDEN), batch_size=8, source='real')
+    worker = EnvWorker(1, env, WorkerPolicy(21, 3, HIDDEN), batch_size=8, source='real')
     batch = next(b for b in iter(worker.step, 'never') if b is not None)
     assert batch['source'].dtype == np.int8 and np.all(batch['source'] == 1)
     cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
                                      'checkpoint.directory': str(tmp_path)})
-    learner = Learner(cfg, 21, 6)
+    learner = Learner(cfg, 21, 3)
     assert learner.ingest(batch) == 8
     assert np.all(learner.replay.storage.source[:8] == 1)
     with pytest.raises(ValueError, match='source'):
-        EnvWorker(1, env, WorkerPolicy(21, 6, HIDDEN), source='robot')
+        EnvWorker(1, env, WorkerPolicy(21, 3, HIDDEN), source='robot')
 
 
 def test_weights_from_a_learner_are_used_and_stamped(env, tmp_path):
     cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
                                      'checkpoint.directory': str(tmp_path)})
-    learner = Learner(cfg, 21, 6)
-    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN, seed=0), batch_size=8, seed=2)
+    learner = Learner(cfg, 21, 3)
+    worker = EnvWorker(0, env, WorkerPolicy(21, 3, HIDDEN, seed=0), batch_size=8, seed=2)
     learner.policy_version = 5
     assert worker.load_policy(learner.policy_state())
     assert not worker.load_policy(learner.policy_state())  # same version: ignored
@@ -95,8 +95,8 @@ def test_weights_from_a_learner_are_used_and_stamped(env, tmp_path):
 def test_random_actions_until_the_first_policy_then_the_policy_at_once(env, tmp_path):
     cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
                                      'checkpoint.directory': str(tmp_path)})
-    state = Learner(cfg, 21, 6).policy_state()
-    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=10)
+    state = Learner(cfg, 21, 3).policy_state()
+    worker = EnvWorker(0, env, WorkerPolicy(21, 3, HIDDEN), batch_size=10)
     first = next(b for b in iter(worker.step, 'never') if b is not None)
     worker.load_policy(dataclasses.replace(state, version=1))
     second = next(b for b in iter(worker.step, 'never') if b is not None)
@@ -108,8 +108,8 @@ def test_a_restarted_learner_is_followed_whatever_its_version(env, tmp_path):
     """Versions are ordered within one learner run; a new run counts again from its start."""
     cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
                                      'checkpoint.directory': str(tmp_path)})
-    state = Learner(cfg, 21, 6).policy_state()
-    worker = EnvWorker(0, env, WorkerPolicy(21, 6, HIDDEN), batch_size=10)
+    state = Learner(cfg, 21, 3).policy_state()
+    worker = EnvWorker(0, env, WorkerPolicy(21, 3, HIDDEN), batch_size=10)
     assert worker.load_policy(dataclasses.replace(state, version=50, run_id=7))
     assert not worker.load_policy(dataclasses.replace(state, version=3, run_id=7))  # older
     assert worker.load_policy(dataclasses.replace(state, version=3, run_id=9))  # restarted
@@ -134,7 +134,7 @@ def test_learner_wants_learning_starts_then_transitions_at_min_updates_per_step(
         'learning_starts': 500, 'batch.initial_batch': 64, 'min_updates_per_step': 0.5,
         'checkpoint.directory': str(tmp_path)})
     assert cfg.updates_per_step == 2.0
-    learner = Learner(cfg, 21, 6)
+    learner = Learner(cfg, 21, 3)
     assert learner.env_steps_wanted(slack=100) == 600
     learner.updates = 50
     assert learner.env_steps_wanted(slack=100) == 500 + 100 + 100  # 2 transitions per update
@@ -146,7 +146,7 @@ def test_a_resumed_learner_without_its_replay_wants_the_refill(tmp_path):
     cfg = LearnerConfig().replace(**{
         'learning_starts': 500, 'batch.initial_batch': 64, 'min_updates_per_step': 0.5,
         'checkpoint.directory': str(tmp_path)})
-    learner = Learner(cfg, 21, 6)
+    learner = Learner(cfg, 21, 3)
     learner.env_steps, learner.updates = 11_456, 100
     assert not learner.ready()
     assert learner.env_steps_wanted(slack=0) == 11_456 + 500

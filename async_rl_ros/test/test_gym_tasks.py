@@ -226,11 +226,11 @@ def test_registered_reach_takes_config_overrides():
     try:
         assert env.unwrapped.goal.task.action_penalty == 0.5
         obs, _ = env.reset(seed=0)
-        action = np.ones(6, dtype=np.float32)
+        action = np.ones(3, dtype=np.float32)
         obs, reward, _, _, info = env.step(action)
         no_penalty = env.unwrapped.compute_reward(
             obs['achieved_goal'], obs['desired_goal'], {**info, 'action': 0 * action})
-        assert reward == pytest.approx(no_penalty - 0.5 * 6)
+        assert reward == pytest.approx(no_penalty - 0.5 * 3)
     finally:
         env.close()
 

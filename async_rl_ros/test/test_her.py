@@ -57,7 +57,7 @@ def rollout(env, policy, seed: int, worker: int = 0, version: int = 3) -> dict:
 def episode():
     """Return the transitions of a scripted rollout that reaches its target, and the config."""
     env = make_reach_env()
-    slow = ScriptedReachPolicy(np.asarray(env.speed), gain=1.5)
+    slow = ScriptedReachPolicy(ee_speed=env.cfg.task.ee_speed, gain=1.5)
     batch = rollout(env, slow, seed=3)
     env.close()
     return batch, env.cfg
@@ -235,7 +235,7 @@ def test_learner_stores_copies_without_counting_env_steps(episode, tmp_path):
     flat = {'sac.hidden_sizes': [32, 32], 'batch.initial_batch': 64, 'replay.capacity': 5000,
             'learning_starts': 64, 'her.k': 3,
             'checkpoint.directory': str(tmp_path / 'ckpt')}
-    learner = Learner(LearnerConfig().replace(**flat), 21, 6, goal_spec=ReachGoalSpec(cfg.task))
+    learner = Learner(LearnerConfig().replace(**flat), 21, 3, goal_spec=ReachGoalSpec(cfg.task))
     n = len(batch['obs'])
     assert learner.ingest(cut(batch, slice(0, 60))) == 60
     assert len(learner.replay) == 60
@@ -250,10 +250,10 @@ def test_learner_stores_copies_without_counting_env_steps(episode, tmp_path):
     priorities = sampler.priority(np.arange(4 * n))
     np.testing.assert_array_equal(priorities, priorities[0])
     learner.train_step()
-    off = Learner(LearnerConfig().replace(**{**flat, 'her.k': 0}), 21, 6,
+    off = Learner(LearnerConfig().replace(**{**flat, 'her.k': 0}), 21, 3,
                   goal_spec=ReachGoalSpec(cfg.task))
     off.ingest(batch)
     assert off.relabeler is None and len(off.replay) == n
-    plain = Learner(LearnerConfig().replace(**flat), 21, 6)  # no goal spec: no relabeling
+    plain = Learner(LearnerConfig().replace(**flat), 21, 3)  # no goal spec: no relabeling
     plain.ingest(batch)
     assert len(plain.replay) == n

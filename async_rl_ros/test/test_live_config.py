@@ -31,6 +31,8 @@ import numpy as np
 import pytest
 
 TARGET = [-0.45, -0.1, 0.3]
+#: The env tests below command joints, so they use joint actions.
+JOINT = EnvWorkerConfig().replace(**{'task.action': 'joint'})
 UP = np.array([0.0, -1.0, 0.0, 0.0, 0.0, 0.0])  # joint 2 backwards lifts the flange
 WRIST = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0])  # joint 6 turns the flange in place
 
@@ -80,7 +82,7 @@ def test_intersection_folds_margins_into_the_bounds():
 
 # ---------------------------------------------------------------------- through the env
 def test_tightened_speed_limit_clips_the_very_next_command():
-    live = EnvWorkerConfig().replace(**{'task.action_scale': 1.0, 'safety.max_joint_accel': 40.0})
+    live = JOINT.replace(**{'task.action_scale': 1.0, 'safety.max_joint_accel': 40.0})
     env, commands = recording_env(live)
     env.reset(seed=0, options={'target': TARGET})
     for _ in range(3):
@@ -94,7 +96,7 @@ def test_tightened_speed_limit_clips_the_very_next_command():
 
 
 def test_tightened_speed_limit_brakes_at_the_acceleration_limit():
-    live = EnvWorkerConfig().replace(**{'task.action_scale': 1.0})  # a * dt = 0.32 rad/s
+    live = JOINT.replace(**{'task.action_scale': 1.0})  # a * dt = 0.32 rad/s
     env, commands = recording_env(live)
     env.reset(seed=0, options={'target': TARGET})
     for _ in range(12):
@@ -111,8 +113,7 @@ def test_tightened_speed_limit_brakes_at_the_acceleration_limit():
 
 
 def test_loosened_limits_wait_for_the_next_episode():
-    live = EnvWorkerConfig().replace(**{'task.action_scale': 1.0,
-                                        'safety.max_joint_speed': [0.5] * 6})
+    live = JOINT.replace(**{'task.action_scale': 1.0, 'safety.max_joint_speed': [0.5] * 6})
     env, commands = recording_env(live)
     env.reset(seed=0, options={'target': TARGET})
     live, change = set_params(env, live, **{'safety.max_joint_speed': [3.0] * 6})
@@ -128,7 +129,7 @@ def test_loosened_limits_wait_for_the_next_episode():
 
 
 def test_action_scale_tightens_at_once_and_loosens_next_episode():
-    live = EnvWorkerConfig()
+    live = JOINT
     env, commands = recording_env(live)
     env.reset(seed=0, options={'target': TARGET})
     live, change = set_params(env, live, **{'task.action_scale': 0.1})
@@ -146,7 +147,7 @@ def test_action_scale_tightens_at_once_and_loosens_next_episode():
 
 
 def test_shrunk_workspace_box_stops_the_flange_at_the_new_face():
-    live = EnvWorkerConfig().replace(**{'task.action_scale': 0.3})
+    live = JOINT.replace(**{'task.action_scale': 0.3})
     env, _ = recording_env(live)
     env.reset(seed=0, options={'target': TARGET, 'q': live.task.home_q})
     z0 = env.state.ee_pos[2]
@@ -169,7 +170,7 @@ def test_shrunk_workspace_box_stops_the_flange_at_the_new_face():
 
 
 def test_control_rate_changes_the_period_and_episode_length_at_the_next_episode():
-    live = EnvWorkerConfig()
+    live = JOINT
     env, _ = recording_env(live)
     env.reset(seed=0, options={'target': TARGET})
     live, change = set_params(env, live, **{'task.control_hz': 50.0})

@@ -88,8 +88,12 @@ def _one_thread():
 
 @pytest.mark.parametrize('mode', ['async', 'sync'])
 def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
-    """Both modes learn a little on a tiny budget (better than random actions)."""
-    run = train_to_the_end(*configs(tmp_path, mode, 3000, hidden=(64, 64)))
+    """Both modes learn a little on a tiny budget (nearer the targets than holding still)."""
+    # Async as lockstep: 2 updates per transition, workers at most 256 transitions ahead (not
+    # 2,000), so both modes learn from about the same number of updates however busy the
+    # machine is.
+    run = train_to_the_end(*configs(tmp_path, mode, 3000, hidden=(64, 64), learner={
+        'rate_limit_slack': 256, 'min_updates_per_step': 2.0}))
     learner, transport = run.learner, run.transport
     assert learner.env_steps >= 3000
     assert learner.updates > 0 and learner.policy_version > 0
@@ -107,15 +111,16 @@ def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
     if mode == 'sync':
         assert lags['charts/transition_lag_max'] <= 1.0  # lockstep: at most one behind
     assert run.loop.episodes >= 20  # the workers reported their episodes
-    # The trained policy reaches better than random actions on the same 10 episodes.
+    # The trained policy ends at most half as far from the targets as an arm that holds still
+    # (what an untrained actor, whose mean action is about zero, does) on the same 10 episodes.
     env = make_reach_env()
     try:
         trained = run_episodes(env, lambda o: learner.act(o, deterministic=True), 10, seed=7)
-        env.action_space.seed(7)
-        random = run_episodes(env, lambda o: env.action_space.sample(), 10, seed=7)
+        still = run_episodes(env, lambda o: np.zeros(env.action_space.shape), 10, seed=7)
     finally:
         env.close()
-    assert np.mean(trained.returns) > np.mean(random.returns), (trained.returns, random.returns)
+    assert trained.mean_final < 0.5 * still.mean_final, (trained.final_values,
+                                                         still.final_values)
     assert all(not h.process.is_alive() for h in transport.workers.values())
 
 
@@ -222,7 +227,7 @@ def test_rate_limit_slack_zero_lets_workers_run_free(tmp_path):
 def test_a_physical_arm_gets_exactly_one_worker(tmp_path):
     _, learner_cfg, runner = configs(tmp_path, 'async', 1000)
     real = EnvWorkerConfig().replace(backend='ur5')
-    learner = Learner(learner_cfg, 21, 6)
+    learner = Learner(learner_cfg, 21, 3)
     with pytest.raises(ConfigError, match='exactly 1 with backend ur5'):
         LocalTransport(real, learner_cfg, runner, learner.policy_state())
 
@@ -236,7 +241,7 @@ def test_with_a_physical_arm_the_learner_and_its_processes_keep_off_the_arm_cpu(
     monkeypatch.setattr(os, 'sched_setaffinity', lambda pid, cpus: pinned.append(set(cpus)))
     _, learner_cfg, runner = configs(tmp_path, 'async', 1000)
     runner = runner.replace(num_workers=1)
-    learner = Learner(learner_cfg, 21, 6)
+    learner = Learner(learner_cfg, 21, 3)
     real = LocalTransport(EnvWorkerConfig().replace(backend='ur5'), learner_cfg, runner,
                           learner.policy_state())
     try:
@@ -348,7 +353,7 @@ def test_the_loop_checks_the_policies_workers_act_with(tmp_path):
 def test_the_summary_says_why_a_physical_arm_cut_episodes_short(tmp_path):
     env_cfg, learner_cfg, runner_cfg = configs(tmp_path, 'async', 1000)
     transport = LocalTransport(env_cfg, learner_cfg, runner_cfg.replace(num_workers=1),
-                               Learner(learner_cfg, 21, 6).policy_state())
+                               Learner(learner_cfg, 21, 3).policy_state())
     try:
         base = {'worker_id': 0, 'steps': 10, 'dropped': 0, 'rejected': 0, 'policies': 0,
                 'policy_version': -1, 'restarts': 0, 'weights/bytes_received': 0,

@@ -39,7 +39,7 @@ def _env(task: str, **flat):
 def test_a_scripted_oracle_succeeds_on_nine_of_ten_episodes(task, script):
     """Proof that the physics allow the task with the shipped defaults."""
     env, cfg = _env(task)
-    policy = script(cfg.manipulation.ee_speed)
+    policy = script(cfg.task.ee_speed)
     wins, episodes = 0, 30
     for seed in range(episodes):
         obs, info = env.reset(seed=1000 + seed)
@@ -85,7 +85,7 @@ def test_episodes_start_low_over_the_cube_so_that_exploring_moves_it():
 
 @pytest.mark.parametrize('action', ['cartesian', 'joint'])
 def test_random_actions_keep_the_fingertips_above_the_table(action):
-    env, cfg = _env('push', **{'manipulation.action': action})
+    env, cfg = _env('push', **{'task.action': action})
     floor = cfg.safety.workspace_low[2] + cfg.safety.workspace_margin
     rng = np.random.default_rng(0)
     lowest = np.inf
@@ -144,10 +144,10 @@ def test_the_cli_runs_each_task_s_scripted_controller():
     assert result.returncode == 0, result.stderr
     assert 'pick_and_place, scripted policy' in result.stdout
     assert 'success rate          100.0 %' in result.stdout
-    joint = subprocess.run([*cmd[:-2], '--episodes', '1', '--set', 'manipulation.action=joint'],
+    joint = subprocess.run([*cmd[:-2], '--episodes', '1', '--set', 'task.action=joint'],
                            capture_output=True, text=True, timeout=300)
     assert joint.returncode == 2
-    assert 'manipulation.action' in joint.stderr and 'Traceback' not in joint.stderr
+    assert 'task.action' in joint.stderr and 'Traceback' not in joint.stderr
 
 
 def test_the_run_summary_says_the_cube_tasks_filter_their_commands_and_run_on_an_arm():
@@ -185,7 +185,7 @@ def test_a_non_finite_action_stops_the_arm_and_is_counted():
 
 def test_a_live_change_reaches_the_cube_tasks_commands_like_reach():
     """The env worker node's path: a tightened limit from the next step, the rest at reset."""
-    cfg = EnvWorkerConfig().replace(**{'task.name': 'push', 'manipulation.action': 'joint'})
+    cfg = EnvWorkerConfig().replace(**{'task.name': 'push', 'task.action': 'joint'})
     env, _ = build_env(cfg)
     env = env.unwrapped
     commands = []
@@ -214,5 +214,5 @@ def test_a_live_change_reaches_the_cube_tasks_commands_like_reach():
     env.reset(seed=1)
     assert env.backend.grip_force == 100.0
     with pytest.raises(ConfigError, match='read-only'):
-        env.apply_config(slow.replace(**{'manipulation.action': 'cartesian'}))
+        env.apply_config(slow.replace(**{'task.action': 'cartesian'}))
     env.close()

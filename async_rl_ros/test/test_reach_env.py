@@ -19,9 +19,9 @@ import math
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
 from async_rl_ros.envs.factory import check_config
 from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
-from async_rl_ros.envs.reach_task import OBS_DIM, OBS_SLICES
+from async_rl_ros.envs.reach_task import OBS_DIM, OBS_SLICES, UR5ReachTask
 from async_rl_ros.envs.scripted import ScriptedReachPolicy
-from async_rl_ros.envs.ur5_kinematics import fk_position
+from async_rl_ros.envs.ur5_kinematics import fk, fk_position
 from gymnasium.utils.env_checker import check_env
 import numpy as np
 import pytest
@@ -55,16 +55,16 @@ def test_observation_layout_and_units(env):
 
 def test_reward_is_negative_distance_plus_tanh_shaping(env):
     env.reset(seed=4)
-    _, reward, _, _, info = env.step(np.zeros(6, dtype=np.float32))
+    _, reward, _, _, info = env.step(np.zeros(3, dtype=np.float32))
     d = info['distance']
     assert reward == pytest.approx(-d + 0.5 * (1.0 - math.tanh(d / 0.1)))
     weighted = make_reach_env(**{'task.distance_weight': 2.0, 'task.shaping_weight': 0.5,
                                  'task.shaping_scale': 0.2, 'task.action_penalty': 0.1})
     weighted.reset(seed=4)
-    action = np.full(6, 0.5, dtype=np.float32)
+    action = np.full(3, 0.5, dtype=np.float32)
     _, reward, _, _, info = weighted.step(action)
     d = info['distance']
-    assert reward == pytest.approx(-2.0 * d + 0.25 * (1.0 - math.tanh(d / 0.2)) - 0.1 * 1.5)
+    assert reward == pytest.approx(-2.0 * d + 0.25 * (1.0 - math.tanh(d / 0.2)) - 0.1 * 0.75)
     weighted.close()
 
 
@@ -72,29 +72,77 @@ def test_episode_length_follows_time_limit_and_rate(env):
     env.reset(seed=5)
     steps, truncated = 0, False
     while not truncated:
-        _, _, terminated, truncated, _ = env.step(np.zeros(6))
+        _, _, terminated, truncated, _ = env.step(np.zeros(3))
         assert not terminated
         steps += 1
     assert steps == 100  # 4 s at 25 Hz
     fast = make_reach_env(**{'task.control_hz': 50.0, 'task.episode_seconds': 1.0})
     assert fast.backend.substeps == 10  # 500 Hz physics / 50 Hz control
     fast.reset(seed=0)
-    assert sum(1 for _ in iter(lambda: fast.step(np.zeros(6))[3], True)) + 1 == 50
+    assert sum(1 for _ in iter(lambda: fast.step(np.zeros(3))[3], True)) + 1 == 50
     fast.close()
 
 
-def test_action_scales_to_fraction_of_speed_limit(env):
+def test_action_scales_to_fraction_of_speed_limit():
+    env = make_reach_env(**{'task.action': 'joint'})
+    assert env.action_space.shape == (6,)
     env.reset(seed=6)
     target = np.array([0.25, 0.0, 0.0, 0.0, 0.0, 0.0])
     for _ in range(10):  # the acceleration limit needs a few periods to reach it
         env.step(target)
     # 0.25 * action_scale 0.5 * 3.14 rad/s, as tracked by the joint motor.
     assert env.state.qd[0] == pytest.approx(0.25 * 0.5 * 3.14, abs=1e-3)
+    env.close()
+
+
+def test_a_cartesian_action_moves_the_flange_straight_at_ee_speed(env):
+    assert env.action_space.shape == (3,)
+    env.reset(seed=6, options={'q': env.cfg.task.home_q})
+    start = np.array(fk_position(env.state.q))
+    for _ in range(10):  # 0.4 s: the acceleration limit is met in the first periods
+        env.step(np.array([0.0, 0.4, -0.2], dtype=np.float32))
+    p0 = np.array(fk_position(env.state.q))
+    for _ in range(5):
+        env.step(np.array([0.0, 0.4, -0.2], dtype=np.float32))
+    velocity = (np.array(fk_position(env.state.q)) - p0) / (5 * env.cfg.task.dt)
+    np.testing.assert_allclose(velocity, [0.0, 0.1, -0.05], atol=4e-3)  # 0.25 m/s per unit
+    assert (p0 - start)[1] > 0.0 and abs((p0 - start)[0]) < 2e-3
+    # the flange keeps pointing the way it did at home
+    tilt = (fk(np.asarray(env.state.q))[:3, :3].T @ fk(np.asarray(env.cfg.task.home_q))[:3, :3])
+    assert np.degrees(np.arccos((np.trace(tilt) - 1.0) / 2.0)) < 1.0
+
+
+def test_a_cartesian_action_stops_at_the_box_face_without_braking_the_rest(env):
+    env.reset(seed=7, options={'q': env.cfg.task.home_q})
+    floor = env.safety.box_low[2]
+    for _ in range(75):  # 3 s straight down and sideways: the floor is 0.4 m below
+        _, _, _, _, info = env.step(np.array([0.0, 0.3, -1.0], dtype=np.float32))
+        assert 'workspace' not in info['safety']
+    flange = fk_position(env.state.q)
+    assert floor < flange[2] < floor + 0.01
+    assert flange[1] > fk_position(env.cfg.task.home_q)[1] + 0.15  # still moving sideways
+
+
+def test_an_action_of_the_wrong_length_is_refused_by_name(env):
+    env.reset(seed=8)
+    with pytest.raises(ValueError, match='3 values .task.action: cartesian., not 6'):
+        env.step(np.zeros(6))
+
+
+@pytest.mark.parametrize('action', ['cartesian', 'joint'])
+def test_a_nan_action_brakes_and_is_counted(action):
+    env = make_reach_env(**{'task.action': action})
+    env.reset(seed=9)
+    for _ in range(5):
+        env.step(np.ones(env.action_space.shape, dtype=np.float32))
+    _, _, _, _, info = env.step(np.full(env.action_space.shape, np.nan, dtype=np.float32))
+    assert 'non_finite' in info['safety']
+    env.close()
 
 
 def test_same_seed_same_trajectory():
     a, b = make_reach_env(), make_reach_env()
-    actions = np.random.default_rng(0).uniform(-1, 1, size=(150, 6)).astype(np.float32)
+    actions = np.random.default_rng(0).uniform(-1, 1, size=(150, 3)).astype(np.float32)
 
     def rollout(env, seed):
         obs, _ = env.reset(seed=seed)
@@ -114,8 +162,11 @@ def test_same_seed_same_trajectory():
     b.close()
 
 
-def test_scripted_controller_reaches_every_target(env):
-    policy = ScriptedReachPolicy(np.asarray(env.speed))
+@pytest.mark.parametrize('action', ['cartesian', 'joint'])
+def test_scripted_controller_reaches_every_target(action):
+    env = make_reach_env(**{'task.action': action})
+    policy = UR5ReachTask().scripted(env)
+    assert policy(env.reset(seed=0)[0]).shape == env.action_space.shape
     for seed in range(5):
         obs, _ = env.reset(seed=100 + seed)
         done = False
@@ -123,11 +174,12 @@ def test_scripted_controller_reaches_every_target(env):
             obs, _, terminated, truncated, info = env.step(policy(obs))
             done = terminated or truncated
         assert info['is_success'], info
+    env.close()
 
 
 def test_terminate_on_success_ends_the_episode():
     env = make_reach_env(**{'task.terminate_on_success': True})
-    policy = ScriptedReachPolicy(np.asarray(env.speed))
+    policy = ScriptedReachPolicy(ee_speed=env.cfg.task.ee_speed)
     obs, _ = env.reset(seed=1)
     for step in range(100):
         obs, _, terminated, truncated, info = env.step(policy(obs))

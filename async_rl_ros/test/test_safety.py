@@ -137,11 +137,13 @@ def test_a_start_outside_the_box_may_only_move_back_in():
 
 # ---------------------------------------------------------------------- property tests
 CONFIGS = {
-    'default': EnvWorkerConfig(),
+    'cartesian': EnvWorkerConfig(),
+    'joint': EnvWorkerConfig().replace(**{'task.action': 'joint'}),
     # Tight joint ranges around home so joint limits and the box interact constantly.
     'tight_joints': EnvWorkerConfig().replace(**{
-        'safety.joint_lower': list(HOME - 0.6), 'safety.joint_upper': list(HOME + 0.6),
-        'safety.max_joint_accel': 4.0, 'task.action_scale': 1.0}),
+        'task.action': 'joint', 'safety.joint_lower': list(HOME - 0.6),
+        'safety.joint_upper': list(HOME + 0.6), 'safety.max_joint_accel': 4.0,
+        'task.action_scale': 1.0}),
 }
 ENVS = {}
 
@@ -185,7 +187,7 @@ def check_motion(env: UR5ReachEnv, start: np.ndarray, actions) -> None:
     amax = cfg.max_joint_accel * (1 + TRACKING_TOLERANCE)
     qd_prev = env.state.qd.copy()
     for action in actions:
-        env.step(np.array(action))
+        env.step(np.array(action)[:env.action_space.shape[0]])  # 3 values when cartesian
         s = env.state
         assert np.all(s.q >= lower) and np.all(s.q <= upper), ('joint limit', s.q)
         assert np.all(np.abs(s.qd) <= vmax), ('speed', s.qd)

@@ -176,7 +176,9 @@ def test_the_reach_spec_describes_its_environment():
     try:
         assert spec.name == 'reach' and spec.real_arm and isinstance(spec.goal, GoalSpec)
         assert env.observation_space.shape == (spec.obs_dim,) == (21,)
-        assert spec.act_slices == {'arm': slice(0, 6)}
+        assert spec.act_slices == {'arm': slice(0, 3)} and env.action_space.shape == (3,)
+        joint = UR5ReachTask().spec(cfg.replace(**{'task.action': 'joint'}))
+        assert joint.act_slices == {'arm': slice(0, 6)}
         obs, info = env.reset(seed=1)
         s = spec.obs_slices
         np.testing.assert_array_equal(spec.goal.achieved(obs[None])[0], obs[s['ee_pos']])

@@ -75,7 +75,7 @@ def assert_saved(tmp_path, start_mtime=0.0):
     state = torch.load(checkpoints[-1], weights_only=False)
     assert state['counters']['env_steps'] > 0
     policy = run / 'latest' / 'policy.pt'  # the run's own folder
-    assert torch.jit.load(str(policy))(torch.zeros(21)).shape == (6,)
+    assert torch.jit.load(str(policy))(torch.zeros(21)).shape == (3,)
     return state
 
 
@@ -119,7 +119,7 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
         assert tag in tags, tag
     policy = torch.jit.load(str(run / 'policy.pt'))
     action = policy(torch.zeros(21))
-    assert action.shape == (6,) and bool((action.abs() <= 1).all())
+    assert action.shape == (3,) and bool((action.abs() <= 1).all())
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
@@ -209,7 +209,7 @@ def write_checkpoint(tmp_path, poison=None):
     from async_rl_ros.core.learning.learner import Learner
     cfg = LearnerConfig().replace(**{'sac.hidden_sizes': [32, 32],
                                      'checkpoint.directory': str(tmp_path / 'run' / 'ckpt')})
-    learner = Learner(cfg, 21, 6)
+    learner = Learner(cfg, 21, 3)
     if poison is not None:
         poison(learner)
     return pathlib.Path(learner.save_checkpoint())

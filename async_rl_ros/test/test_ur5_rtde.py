@@ -89,6 +89,25 @@ def test_reset_moves_home_and_steps_follow_the_commands(run):
     np.testing.assert_allclose(run.double.state()['q'], before, atol=1e-9)
 
 
+@pytest.mark.parametrize('run', [{'task.action': 'cartesian'}], indirect=True)
+def test_a_cartesian_action_moves_the_flange_straight_on_the_real_arm_path(run):
+    """The default action: a flange velocity, sent as the joint speeds it takes (speedJ)."""
+    run.reset(q=list(run.cfg.task.home_q))
+    start = run.backend.read()
+    clean = 0
+    for _ in range(100):
+        _, truncated, info = run.step(np.array([0.0, 0.8, 0.0]))  # +y at 0.2 m/s
+        reason = info.get('interrupted')
+        assert reason in (None, 'stale controller state') and truncated == bool(reason), info
+        clean = 0 if reason else clean + 1
+        if clean == 15:
+            break
+    moved = run.backend.read().ee_pos - start.ee_pos
+    assert moved[1] > 0.03, moved           # 15 steps at 0.2 m/s x speed_scaling 0.5
+    np.testing.assert_allclose(moved[[0, 2]], 0.0, atol=0.1 * moved[1])
+    run.assert_safe()
+
+
 @pytest.mark.parametrize('run', [{}], indirect=True)
 def test_protective_stop_truncates_unlocks_and_resumes(run):
     run.reset()

@@ -153,6 +153,10 @@ def _unknown_key_hint(key: str, known: set[str], prefix: str) -> str:
 class Section:
     """Base class of every configuration dataclass."""
 
+    #: Options that moved: old dotted key (below this section) -> where it lives now. A
+    #: configuration that still uses an old key is refused with the new one named.
+    moved: typing.ClassVar[dict[str, str]] = {}
+
     # ------------------------------------------------------------------ introspection
     @classmethod
     def _fields(cls) -> dict[str, tuple[dataclasses.Field, Any]]:
@@ -180,6 +184,10 @@ class Section:
         """
         known = {name for name, *_ in cls.options()}
         for key in values:
+            if key in cls.moved:
+                raise ConfigError(prefix + key, values[key],
+                                  f'the option moved: set {prefix + cls.moved[key]!r} instead',
+                                  source)
             if key not in known:
                 raise ConfigError(prefix + key, values[key],
                                   'unknown key; ' + _unknown_key_hint(key, known, prefix),

@@ -15,13 +15,11 @@
 """
 Gymnasium environment of the UR5 cube tasks (push, pick_and_place), simulated or physical.
 
-A cartesian action is a fingertip velocity (``manipulation.ee_speed`` per unit); resolved-rate
-control turns it into joint velocities with the damped least-squares inverse of the 6x6
-Jacobian of the grasp point (Wampler 1986), its angular part holding the gripper in the
-home orientation (pointing down). Joint velocities, cartesian or not, then pass the same
-:class:`~async_rl_ros.envs.safety.SafetyFilter` as every arm command, which here guards the
-fingertips too (:data:`~async_rl_ros.envs.ur5_urdf.FINGERTIP`): the box floor keeps them
-above the table. The last action value sets the gripper's opening.
+The arm part of an action (:class:`~async_rl_ros.envs.cartesian.ArmAction`) is a velocity of
+the grasp point (``task.action: cartesian``, the gripper held pointing down) or of each joint;
+the joint velocities pass the same :class:`~async_rl_ros.envs.safety.SafetyFilter` as every
+arm command, which here guards the fingertips too (:data:`~async_rl_ros.envs.ur5_urdf.FINGERTIP`):
+the box floor keeps them above the table. The last action value sets the gripper's opening.
 
 The cell is :class:`~async_rl_ros.envs.pybullet_scene.PyBulletCell` in simulation and
 :class:`~async_rl_ros.envs.real_cell.RealCell` on a physical UR5 (``backend: ur5``), which
@@ -39,6 +37,7 @@ import dataclasses
 from typing import Any
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
+from async_rl_ros.envs.cartesian import ArmAction
 from async_rl_ros.envs.goal_view import check_render_mode
 from async_rl_ros.envs.live_config import LiveConfig
 from async_rl_ros.envs.manipulation_task import (CUBE_SIZE, ManipulationTask, OBS_DIM,
@@ -47,38 +46,16 @@ from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.reach_env import sample_start
 from async_rl_ros.envs.reach_task import ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
-from async_rl_ros.envs.ur5_kinematics import (damped_step, fk, fk_position, jacobian,
-                                              turn_towards)
+from async_rl_ros.envs.ur5_kinematics import fk_position
 from async_rl_ros.envs.ur5_urdf import FINGERTIP, GRASP_POINT, STROKE
 import gymnasium as gym
 import numpy as np
 import transforms3d
 
-__all__ = ['UR5ManipulationEnv', 'cartesian_to_joints']
+__all__ = ['UR5ManipulationEnv']
 
 _OBS_BOUND = 10.0    # |value| an observation is clipped to (positions, velocities)
-_DAMPING = 0.05      # damped least squares lambda
-_ORIENT_GAIN = 4.0   # 1/s: how fast an orientation error is corrected
-_FACE_GAP = 0.005    # m: a cartesian action stops this far inside the safety box
 _CLEARANCE = 0.005   # m: start poses keep the fingertips this far above a resting cube
-
-
-def cartesian_to_joints(q: np.ndarray, velocity: np.ndarray, hold: np.ndarray,
-                        max_speed: np.ndarray) -> np.ndarray:
-    """
-    Return joint velocities (rad/s) that move the grasp point at ``velocity`` (m/s).
-
-    :param q: joint positions (rad).
-    :param velocity: wanted grasp-point velocity, base frame (m/s).
-    :param hold: 3x3 orientation the gripper is steered back to.
-    :param max_speed: joint speed caps (rad/s); the whole vector is scaled to respect them,
-        so the direction of motion is kept.
-    """
-    jac, pose = jacobian(q, GRASP_POINT)
-    twist = np.concatenate([velocity, _ORIENT_GAIN * turn_towards(hold, pose[:3, :3])])
-    qd = damped_step(jac, twist, _DAMPING)
-    over = float(np.max(np.abs(qd) / max_speed))
-    return qd / over if over > 1.0 else qd
 
 
 def start_task(cfg: EnvWorkerConfig) -> ReachTask:
@@ -124,8 +101,7 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         self.safety = SafetyFilter(cfg.safety, cfg.task.dt, tool_length=FINGERTIP)
         self.backend = _make_cell(cfg, render_mode, gate, object_pose)
         self._start_live()   # self.speed: rad/s of action 1.0
-        self.hold = fk(np.asarray(cfg.manipulation.home_q))[:3, :3]
-        self.cartesian = cfg.manipulation.action == 'cartesian'
+        self.arm = ArmAction(cfg.task, cfg.manipulation.home_q, GRASP_POINT)
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(self.spec_.act_dim,),
                                            dtype=np.float32)
         self.observation_space = gym.spaces.Box(-_OBS_BOUND, _OBS_BOUND, shape=(OBS_DIM,),
@@ -171,17 +147,10 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         """Turn the action into joint velocities and an opening; filter; simulate one period."""
         self._tighten_pending()
-        raw = np.asarray(action, dtype=np.float64)
-        a = np.clip(np.nan_to_num(raw, nan=0.0), -1.0, 1.0)
-        if not np.all(np.isfinite(raw[:-1])):
-            request = np.full(6, np.nan)  # the filter brakes and counts it (non_finite)
-        elif self.cartesian:
-            velocity = self._inside_box(a[:3] * self.cfg.manipulation.ee_speed)
-            request = cartesian_to_joints(self.q, velocity, self.hold, np.asarray(self.speed))
-        else:
-            request = a[:6] * np.asarray(self.speed)
+        request = self.arm(action[:-1], self.q, self.speed, self.safety)
         command = self.safety(self.q, request)
-        self.backend.set_gripper((a[-1] + 1.0) / 2.0 * STROKE)
+        grip = float(np.clip(np.nan_to_num(float(action[-1])), -1.0, 1.0))  # NaN: half open
+        self.backend.set_gripper((grip + 1.0) / 2.0 * STROKE)
         state = self.backend.step(command)
         interrupted = getattr(self.backend, 'interrupted', None)
         self.q, self.qd = state.q, state.qd
@@ -203,27 +172,8 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         self.start = start_task(cfg)
         self.spec_ = self.task.spec(cfg)
         self.goal = self.spec_.goal
-        self.hold = fk(np.asarray(cfg.manipulation.home_q))[:3, :3]
+        self.arm = ArmAction(cfg.task, cfg.manipulation.home_q, GRASP_POINT)
         self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
-
-    def _inside_box(self, velocity: np.ndarray) -> np.ndarray:
-        """
-        Slow each axis of a fingertip velocity (m/s) that would leave the safety box.
-
-        As panda-gym clips its end-effector target to the workspace: a cartesian action
-        towards a face closes half the remaining gap a step, so the flange and the fingertips
-        approach the box (the table) without the filter having to brake the whole command --
-        which stops the other axes too. The filter still guards every joint command.
-        """
-        box = self.safety
-        lo = np.asarray(box.box_low) + _FACE_GAP
-        hi = np.asarray(box.box_high) - _FACE_GAP
-        span = 2.0 * self.cfg.task.dt
-        out = np.asarray(velocity, dtype=np.float64)
-        for point in box.points(self.q):
-            p = np.asarray(point)
-            out = np.clip(out, np.minimum((lo - p) / span, 0.0), np.maximum((hi - p) / span, 0.0))
-        return out
 
     def _observation(self) -> np.ndarray:
         cell = self.backend.cell()

@@ -32,12 +32,13 @@ to_cube     cube - tcp                              m
 target      where the cube should go                m
 =========== ======================================= =====
 
-Action: ``arm`` (3 values: a fingertip velocity, ``manipulation.action: cartesian``; or 6
-joint velocities, ``joint``) then ``gripper`` (1 value: -1 closed, +1 open, the opening
-between the pads in proportion). The goal (:class:`CubeGoalSpec`) is the cube's position:
-success within ``manipulation.success_distance`` of the target (5 cm, the Fetch and
-panda-gym convention), the reward sparse (-1 until then, 0) or shaped with the design
-write-up's ``0.5 * (1 - tanh(d / 0.1))``.
+Action: ``arm`` (3 values: a grasp-point velocity, ``task.action: cartesian``; or 6 joint
+velocities, ``joint``; see :mod:`~async_rl_ros.envs.cartesian`) then ``gripper`` (1 value:
+-1 closed, +1 open, the opening between the pads in proportion). The goal
+(:class:`CubeGoalSpec`) is the cube's position: success within
+``manipulation.success_distance`` of the target (5 cm, the Fetch and panda-gym convention),
+the reward sparse (-1 until then, 0) or shaped with the design write-up's
+``0.5 * (1 - tanh(d / 0.1))``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, ManipulationConfig
 from async_rl_ros.core.tasks import FINAL_DISTANCE, layout_slices, TaskSpec
+from async_rl_ros.envs.cartesian import ARM_ACT_DIMS
 from async_rl_ros.envs.reach_task import check_starts
 from async_rl_ros.envs.ur5_urdf import FINGERTIP
 import numpy as np
@@ -137,7 +139,7 @@ class ManipulationTask:
 
     def spec(self, cfg: EnvWorkerConfig) -> TaskSpec:
         """Describe the task: layouts, the cube's goal, final distance as rank metric."""
-        arm = 3 if cfg.manipulation.action == 'cartesian' else 6
+        arm = ARM_ACT_DIMS[cfg.task.action]
         goal = CubeGoalSpec(cfg.manipulation, bool(cfg.task.terminate_on_success))
         free = tuple(name for name, _ in OBS_LAYOUT if name != 'target')
         return TaskSpec(self.name, OBS_LAYOUT, (('arm', arm), ('gripper', 1)), goal,
@@ -180,12 +182,12 @@ class ManipulationTask:
         """
         Return the scripted controller of the task (cartesian actions only).
 
-        :raises ConfigError: ``manipulation.action`` is ``joint``.
+        :raises ConfigError: ``task.action`` is ``joint``.
         """
         from async_rl_ros.envs.scripted import ScriptedPickPolicy, ScriptedPushPolicy
-        cfg = env.unwrapped.cfg.manipulation
+        cfg = env.unwrapped.cfg.task
         if cfg.action != 'cartesian':
-            raise ConfigError('manipulation.action', cfg.action, 'cartesian for the scripted '
+            raise ConfigError('task.action', cfg.action, 'cartesian for the scripted '
                               'controller')
         script = ScriptedPickPolicy if self.in_air else ScriptedPushPolicy
         return script(cfg.ee_speed)

@@ -15,8 +15,10 @@
 """
 Gymnasium environment of the UR5 reach task on any :class:`ArmBackend`.
 
-Action: normalized joint velocities in [-1, 1]^6; 1.0 means ``action_scale`` times the joint
-speed limit. Every command passes the :class:`SafetyFilter` before the backend sees it.
+Action: a flange velocity in [-1, 1]^3 (``task.action: cartesian``; 1.0 means ``ee_speed``)
+or joint velocities in [-1, 1]^6 (``joint``; 1.0 means ``action_scale`` times the joint speed
+limit), see :class:`~async_rl_ros.envs.cartesian.ArmAction`. Every command passes the
+:class:`SafetyFilter` before the backend sees it.
 
 A backend may set ``interrupted`` (a reason) when a step did not run as commanded (the real
 robot's supervisor recovered from a protective stop, a lost link, a stale state or held still
@@ -35,9 +37,10 @@ from typing import Any, Callable
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
+from async_rl_ros.envs.cartesian import ArmAction
 from async_rl_ros.envs.goal_view import check_render_mode
 from async_rl_ros.envs.live_config import ConfigChange, LIMIT_KEYS, LiveConfig
-from async_rl_ros.envs.reach_task import ACT_DIM, check_starts, OBS_HIGH, OBS_LOW, ReachTask
+from async_rl_ros.envs.reach_task import check_starts, OBS_HIGH, OBS_LOW, ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
 import gymnasium as gym
 import numpy as np
@@ -75,7 +78,8 @@ class UR5ReachEnv(LiveConfig, gym.Env):
         self.safety = SafetyFilter(cfg.safety, cfg.task.dt)
         self.backend = backend if backend is not None else _make_backend(cfg, render_mode)
         self._start_live()        # self.speed: rad/s of action 1.0
-        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(ACT_DIM,), dtype=np.float32)
+        self.arm = ArmAction(cfg.task, cfg.task.home_q)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(self.arm.dim,), dtype=np.float32)
         self.observation_space = gym.spaces.Box(OBS_LOW, OBS_HIGH, dtype=np.float32)
         self.state: ArmState | None = None
         self.target = np.zeros(3)
@@ -111,9 +115,7 @@ class UR5ReachEnv(LiveConfig, gym.Env):
         if self.state is None:
             raise RuntimeError('call reset() before step()')
         self._tighten_pending()
-        # Scalar maths on six values: cheaper than numpy temporaries at thousands of steps/s.
-        # NaN passes through min/max here and is zeroed (and counted) by the safety filter.
-        request = [min(max(float(x), -1.0), 1.0) * s for x, s in zip(action, self.speed)]
+        request = self.arm(action, self.state.q, self.speed, self.safety)
         command = self.safety(self.state.q, request)
         self.state = self.backend.step(command)
         interrupted = getattr(self.backend, 'interrupted', None)
@@ -135,6 +137,7 @@ class UR5ReachEnv(LiveConfig, gym.Env):
 
     def _in_force(self, cfg: EnvWorkerConfig) -> None:
         self.task = ReachTask(cfg.task)
+        self.arm = ArmAction(cfg.task, cfg.task.home_q)
         self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
 
     def _sample_start(self) -> np.ndarray:

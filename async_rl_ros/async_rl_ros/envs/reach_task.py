@@ -27,6 +27,9 @@ slice  content                          unit
 18:21  g - p                            m
 ====== ================================ =======
 
+Action: a flange velocity (3 values, ``task.action: cartesian``, the flange held pointing
+down) or six joint velocities (``joint``); see :mod:`~async_rl_ros.envs.cartesian`.
+
 Reward per step: ``-w_d * d + w_s * 0.5 * (1 - tanh(d / s)) - w_a * ||a||^2`` with
 ``d = ||g - p||`` (m); success when ``d < success_distance``.
 
@@ -47,18 +50,18 @@ from typing import Any, Callable, Mapping
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, TaskConfig
 from async_rl_ros.core.tasks import FINAL_DISTANCE, layout_slices, TaskSpec
 from async_rl_ros.envs.arm import ArmState
+from async_rl_ros.envs.cartesian import ARM_ACT_DIMS
 from async_rl_ros.envs.safety import start_fit
 from async_rl_ros.envs.ur5_kinematics import JOINT_LIMIT, SPEED_LIMIT
 import numpy as np
 
-__all__ = ['OBS_DIM', 'ACT_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_LAYOUT', 'OBS_SLICES',
+__all__ = ['OBS_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_LAYOUT', 'OBS_SLICES',
            'ReachTask', 'START_TRIES', 'ReachGoalSpec', 'UR5ReachTask', 'check_starts',
            'MIN_START_FIT', 'START_DRAWS']
 
 OBS_LAYOUT = (('q', 6), ('qd', 6), ('ee_pos', 3), ('target', 3), ('to_target', 3))
 OBS_SLICES = layout_slices(OBS_LAYOUT)
 OBS_DIM = 21
-ACT_DIM = 6
 _Q, _QD, _POS, _DELTA = JOINT_LIMIT + 0.1, 2.0 * SPEED_LIMIT, 2.0, 4.0
 OBS_HIGH = np.array([_Q] * 6 + [_QD] * 6 + [_POS] * 6 + [_DELTA] * 3, dtype=np.float32)
 OBS_LOW = -OBS_HIGH
@@ -229,7 +232,8 @@ class UR5ReachTask:
 
     def spec(self, cfg: EnvWorkerConfig) -> TaskSpec:
         """Describe the reach task: layouts, goal spec, final distance as rank metric."""
-        return TaskSpec(self.name, OBS_LAYOUT, (('arm', ACT_DIM),), ReachGoalSpec(cfg.task),
+        arm = ARM_ACT_DIMS[cfg.task.action]
+        return TaskSpec(self.name, OBS_LAYOUT, (('arm', arm),), ReachGoalSpec(cfg.task),
                         FINAL_DISTANCE, real_arm=True, goal_free=('q', 'qd', 'ee_pos'))
 
     def check(self, cfg: EnvWorkerConfig) -> None:
@@ -237,8 +241,11 @@ class UR5ReachTask:
         check_starts(cfg)
 
     def scripted(self, env: Any) -> Callable[[np.ndarray], np.ndarray]:
-        """Return the damped-least-squares reach controller for ``env``."""
+        """Return the resolved-rate reach controller for ``env``'s action."""
         from async_rl_ros.envs.scripted import ScriptedReachPolicy
+        task = env.unwrapped.cfg.task
+        if task.action == 'cartesian':
+            return ScriptedReachPolicy(ee_speed=task.ee_speed)
         return ScriptedReachPolicy(np.asarray(env.unwrapped.speed))
 
     def make_env(self, cfg: EnvWorkerConfig, *, gate: Any = None,

@@ -13,10 +13,12 @@
 # limitations under the License.
 
 """
-A scripted reach controller: a baseline and a check that the task is solvable as configured.
+Scripted controllers of the UR5 tasks: baselines, and checks that a task is solvable as set up.
 
-Resolved-rate control with damped least squares (Wampler 1986; Nakamura & Hanafusa 1986):
-``qd = J^T (J J^T + lambda^2 I)^-1 * k * (g - p)``, with ``J`` the 3x6 position Jacobian.
+The reach script is resolved-rate control: a cartesian action is the proportional velocity
+``k * (g - p)`` itself; a joint action maps it through damped least squares (Wampler 1986;
+Nakamura & Hanafusa 1986), ``qd = J^T (J J^T + lambda^2 I)^-1 * k * (g - p)`` with ``J`` the
+3x6 position Jacobian. The cube scripts are stateless sequences of cartesian moves.
 """
 
 from __future__ import annotations
@@ -31,25 +33,34 @@ __all__ = ['ScriptedReachPolicy', 'ScriptedPushPolicy', 'ScriptedPickPolicy']
 
 class ScriptedReachPolicy:
     """
-    Map an observation of the reach task to a normalized joint-velocity action.
+    Map an observation of the reach task to a normalized action towards the target.
 
-    :param max_speed: joint speed (rad/s) that action 1.0 stands for in the env.
+    Give ``ee_speed`` for a cartesian action, ``max_speed`` for a joint one.
+
+    :param max_speed: joint speed (rad/s) that a joint action 1.0 stands for in the env.
+    :param ee_speed: flange speed (m/s) that a cartesian action 1.0 stands for.
     :param gain: proportional gain on the Cartesian error (1/s).
     :param damping: damping ``lambda`` of the least-squares inverse (m).
     """
 
-    def __init__(self, max_speed: np.ndarray, gain: float = 4.0, damping: float = 0.05):
-        self.max_speed = np.asarray(max_speed, dtype=np.float64)
+    def __init__(self, max_speed: np.ndarray | None = None, ee_speed: float | None = None,
+                 gain: float = 4.0, damping: float = 0.05):
+        if (max_speed is None) == (ee_speed is None):
+            raise ValueError('give max_speed (joint actions) or ee_speed (cartesian ones)')
+        self.max_speed = None if max_speed is None else np.asarray(max_speed, dtype=np.float64)
+        self.ee_speed = ee_speed
         self.gain = gain
         self.damping = damping
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """Return the action in [-1, 1]^6 that moves the flange towards the target."""
+        """Return the action in [-1, 1]^3 or [-1, 1]^6 that moves the flange to the target."""
+        velocity = self.gain * np.asarray(obs[OBS_SLICES['to_target']], dtype=np.float64)
+        if self.max_speed is None:
+            return np.clip(velocity / self.ee_speed, -1.0, 1.0).astype(np.float32)
         q = np.asarray(obs[OBS_SLICES['q']], dtype=np.float64)
-        error = np.asarray(obs[OBS_SLICES['to_target']], dtype=np.float64)  # m
         jac = position_jacobian(q)
         damped = jac @ jac.T + self.damping ** 2 * np.eye(3)
-        qd = jac.T @ np.linalg.solve(damped, self.gain * error)  # rad/s
+        qd = jac.T @ np.linalg.solve(damped, velocity)  # rad/s
         return np.clip(qd / self.max_speed, -1.0, 1.0).astype(np.float32)
 
 

@@ -40,7 +40,9 @@ def make_cfg(ip, **overrides):
             # 500 ms: a busy CI machine must not trip it by accident (default 10 Hz)
             'rtde.watchdog_min_hz': 2.0,
             # no real-time priority for the test process (the loop tests ask for it themselves)
-            'rtde.rt_priority': 0}
+            'rtde.rt_priority': 0,
+            # joint actions: PUSH and expected_speed() speak joints (one test drives the flange)
+            'task.action': 'joint'}
     flat.update(overrides)
     return EnvWorkerConfig().replace(**flat)
 

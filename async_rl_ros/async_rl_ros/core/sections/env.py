@@ -37,7 +37,7 @@ class TaskConfig(Section):
     ``name`` picks the task plug-in (:mod:`async_rl_ros.envs.tasks`); the other options are
     those of the UR5 tasks, which a Gymnasium task (``gym:ID``) does not use: it brings its
     own, like ``rtde.*`` apply only to ``backend: ur5``. The control rate, episode length,
-    action scale, home noise and ``terminate_on_success`` apply to every UR5 task; the home
+    action, home noise and ``terminate_on_success`` apply to every UR5 task; the home
     pose, target box, success distance and reward weights are the reach task's (the cube
     tasks read ``manipulation.*``).
     """
@@ -52,7 +52,16 @@ class TaskConfig(Section):
                                unit='Hz', low=1.0, high=500.0)
     episode_seconds: float = option(4.0, 'Episode time limit; the episode is truncated after it.',
                                     unit='s', low=0.04, high=3600.0)
-    action_scale: float = option(0.5, 'Fraction of the joint speed limit that action 1.0 means.',
+    action: str = option(
+        'cartesian', 'What the arm part of an action commands: cartesian (a velocity of the '
+        'tool point -- the flange in reach, the grasp point in the cube tasks -- turned into '
+        "joint velocities by the arm's differential kinematics, the tool held in its home "
+        'orientation) or joint (a velocity per joint).', choices=('cartesian', 'joint'),
+        read_only=True)
+    ee_speed: float = option(0.25, 'Tool point speed of a cartesian action 1.0.', unit='m/s',
+                             low=0.0, high=1.0, low_open=True)
+    action_scale: float = option(0.5, 'Fraction of the joint speed limit that a joint action 1.0 '
+                                 'means; a cartesian action moves no joint faster.',
                                  low=0.0, high=1.0, low_open=True)
     home_q: list[float] = option(
         [0.0, -1.5708, 1.5708, -1.5708, -1.5708, 0.0],
@@ -141,11 +150,6 @@ class ManipulationConfig(Section):
     ``0.025`` m above the robot's mounting plane. Reach and Gymnasium tasks do not use it.
     """
 
-    action: str = option('cartesian', 'What the arm part of an action commands: cartesian (a '
-                         "fingertip velocity, converted to joint velocities by the arm's "
-                         'differential kinematics, the gripper held pointing down) or joint '
-                         '(joint velocities, as in reach).', choices=('cartesian', 'joint'),
-                         read_only=True)
     home_q: list[float] = option(
         [0.0017, -1.4272, 1.8683, -2.0119, -1.5708, 0.0017],
         'Joint positions the arm returns to on reset (task.home_noise added): the grasp point '
@@ -154,8 +158,6 @@ class ManipulationConfig(Section):
         '0.26 m away, random actions almost never do). Starts whose fingertips would not '
         'clear a cube are drawn again.',
         unit='rad', low=-_TWO_PI, high=_TWO_PI, length=6)
-    ee_speed: float = option(0.25, 'Fingertip speed of a cartesian action 1.0.', unit='m/s',
-                             low=0.0, high=1.0, low_open=True)
     object_low: list[float] = option([-0.60, -0.20], 'Lower corner (x, y) of the box the cube '
                                      'starts in.', unit='m', low=-2.0, high=2.0, length=2)
     object_high: list[float] = option([-0.42, -0.02], 'Upper corner (x, y) of the box the cube '
@@ -304,6 +306,8 @@ class RTDEConfig(Section):
 @dataclasses.dataclass
 class EnvWorkerConfig(Section):
     """Everything an environment worker needs (ROS node name: ``env_worker``)."""
+
+    moved = {'manipulation.action': 'task.action', 'manipulation.ee_speed': 'task.ee_speed'}
 
     backend: str = option('sim', 'Robot backend the worker steps: sim (PyBullet) or ur5 (a '
                           'physical UR5 through ur_rtde, see rtde.*).', choices=('sim', 'ur5'),

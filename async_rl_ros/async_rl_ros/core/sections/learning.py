@@ -124,11 +124,12 @@ class SACConfig(Section):
         'does not chatter against the acceleration limit (0 = off; 0.1: far fewer limited '
         'steps, later success).', low=0.0, high=1e3, read_only=True)
     policy_average_tau: float = option(
-        3e-4, 'Polyak factor of the averaged actor, updated after every critic step: the '
-        'evaluator scores it and the best scored one is exported, while workers keep acting '
-        'with the online actor (weight averaging, Nikishin et al. 2018; 0 = the online actor '
-        'is evaluated and exported; also the largest factor the growing window below '
-        'allows).', low=0.0, high=1.0, read_only=True)
+        0.01, 'Largest Polyak factor of the averaged actor, updated after every critic step: '
+        'the evaluator scores it and the best scored one is exported, while workers keep '
+        'acting with the online actor (weight averaging, Nikishin et al. 2018; 0 = the online '
+        'actor is evaluated and exported). The factor is min(policy_average_tau, the growing '
+        'window below), so the average spans at least 1 / policy_average_tau updates.',
+        low=0.0, high=1.0, read_only=True)
     policy_average_fraction: float = option(
         0.2, 'Smallest span of the actor average as a fraction of the updates so far: the '
         'factor after update t is min(policy_average_tau, 1 / (fraction * t)), so the window '
