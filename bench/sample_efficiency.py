@@ -319,7 +319,24 @@ def _median(values) -> float | None:
 def _job_key(job: tuple, eval_every: int) -> dict:
     impl, seed, steps, marks, task = job
     return {'impl': impl, 'task': task, 'seed': seed, 'steps': steps, 'marks': marks,
-            'eval_every': eval_every, 'eval_episodes': EVAL_EPISODES, 'eval_seed': EVAL_SEED}
+            'eval_every': eval_every, 'eval_episodes': EVAL_EPISODES, 'eval_seed': EVAL_SEED,
+            'settings': _settings(task)}
+
+
+@functools.lru_cache(maxsize=None)
+def _settings(task: str) -> str:
+    """
+    Return a digest of the shipped settings a run of ``task`` trains with.
+
+    A result measured under other defaults (``config/train.yaml`` or the option defaults
+    changed since) is then run again, never reused as a figure of the settings that ship.
+    """
+    import hashlib
+
+    env_cfg, cfg = _configs(0, 1, task)  # the seed and budget are keys of their own
+    flat = {**{'env_worker.' + k: v for k, v in env_cfg.to_flat().items()},
+            **{'learner.' + k: v for k, v in cfg.to_flat().items()}}
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _load_results(path: str) -> list[dict]:

@@ -52,6 +52,23 @@ def test_sample_efficiency_trains_and_scores_marks():
     assert result['seconds'][60] <= result['seconds'][120]
 
 
+def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatch):
+    """A default changed since (here the reach action) runs the job again."""
+    bench = _load('sample_efficiency')
+    job = ('ours', 0, 1000, [500, 1000], 'reach')
+    shipped = bench._job_key(job, 500)
+    assert shipped == bench._job_key(job, 500)
+    configs = bench._configs
+
+    def joint_actions(seed, steps, task):
+        env_cfg, cfg = configs(seed, steps, task)
+        return env_cfg.replace(**{'task.action': 'joint'}), cfg
+
+    monkeypatch.setattr(bench, '_configs', joint_actions)
+    bench._settings.cache_clear()
+    assert bench._job_key(job, 500)['settings'] != shipped['settings']
+
+
 def test_time_to_success_drives_the_local_runner():
     bench = _load('time_to_success')
     snapshots, rates = bench.run_runner('async', 1, budget_s=3.0, snapshot_s=1.0)
