@@ -320,22 +320,26 @@ def _job_key(job: tuple, eval_every: int) -> dict:
     impl, seed, steps, marks, task = job
     return {'impl': impl, 'task': task, 'seed': seed, 'steps': steps, 'marks': marks,
             'eval_every': eval_every, 'eval_episodes': EVAL_EPISODES, 'eval_seed': EVAL_SEED,
-            'settings': _settings(task)}
+            'settings': _settings(task, impl == 'ours')}
 
 
 @functools.lru_cache(maxsize=None)
-def _settings(task: str) -> str:
+def _settings(task: str, learner: bool) -> str:
     """
     Return a digest of the shipped settings a run of ``task`` trains with.
 
     A result measured under other defaults (``config/train.yaml`` or the option defaults
     changed since) is then run again, never reused as a figure of the settings that ship.
+
+    :param learner: include the learner section (this learner's runs; the baselines bring
+        their own and see only the env).
     """
     import hashlib
 
     env_cfg, cfg = _configs(0, 1, task)  # the seed and budget are keys of their own
-    flat = {**{'env_worker.' + k: v for k, v in env_cfg.to_flat().items()},
-            **{'learner.' + k: v for k, v in cfg.to_flat().items()}}
+    flat = {'env_worker.' + k: v for k, v in env_cfg.to_flat().items()}
+    if learner:
+        flat.update({'learner.' + k: v for k, v in cfg.to_flat().items()})
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -56,7 +56,8 @@ def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatc
     """A default changed since (here the reach action) runs the job again."""
     bench = _load('sample_efficiency')
     job = ('ours', 0, 1000, [500, 1000], 'reach')
-    shipped = bench._job_key(job, 500)
+    baseline = ('sac_her', 0, 1000, [500, 1000], 'reach')
+    shipped, shipped_baseline = bench._job_key(job, 500), bench._job_key(baseline, 500)
     assert shipped == bench._job_key(job, 500)
     configs = bench._configs
 
@@ -66,6 +67,16 @@ def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatc
 
     monkeypatch.setattr(bench, '_configs', joint_actions)
     bench._settings.cache_clear()
+    assert bench._job_key(job, 500)['settings'] != shipped['settings']
+    # A baseline brings its own learner: a learner setting does not run it again.
+
+    def other_learner(seed, steps, task):
+        env_cfg, cfg = configs(seed, steps, task)
+        return env_cfg, cfg.replace(**{'sac.gamma': 0.9})
+
+    monkeypatch.setattr(bench, '_configs', other_learner)
+    bench._settings.cache_clear()
+    assert bench._job_key(baseline, 500) == shipped_baseline
     assert bench._job_key(job, 500)['settings'] != shipped['settings']
 
 
