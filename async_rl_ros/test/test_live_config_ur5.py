@@ -37,7 +37,8 @@ PUSH = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0])  # the last joint turns the flan
 def ur5_cfg(ip: str, **overrides) -> EnvWorkerConfig:
     flat = {'backend': 'ur5', 'rtde.robot_ip': ip, 'rtde.speed_scaling': 0.5,
             'rtde.protective_stop_cooldown_s': 0.3, 'rtde.reconnect_initial_s': 0.1,
-            'rtde.reconnect_max_s': 0.4, 'rtde.watchdog_min_hz': 2.0}
+            'rtde.reconnect_max_s': 0.4, 'rtde.watchdog_min_hz': 2.0,
+            'task.action': 'joint'}  # PUSH turns one joint
     flat.update(overrides)
     return EnvWorkerConfig().replace(**flat)
 

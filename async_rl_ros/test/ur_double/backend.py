@@ -40,9 +40,7 @@ def make_cfg(ip, **overrides):
             # 500 ms: a busy CI machine must not trip it by accident (default 10 Hz)
             'rtde.watchdog_min_hz': 2.0,
             # no real-time priority for the test process (the loop tests ask for it themselves)
-            'rtde.rt_priority': 0,
-            # joint actions: PUSH and expected_speed() speak joints (one test drives the flange)
-            'task.action': 'joint'}
+            'rtde.rt_priority': 0}
     flat.update(overrides)
     return EnvWorkerConfig().replace(**flat)
 
@@ -53,7 +51,8 @@ class Run:
     def __init__(self, series='e', gate=None, **overrides):
         self.double = DoubleProcess(series=series, cooldown=COOLDOWN)
         try:
-            self.cfg = make_cfg(self.double.ip, **overrides)
+            # joint actions: PUSH and expected_speed() speak joints (one test drives the flange)
+            self.cfg = make_cfg(self.double.ip, **{'task.action': 'joint', **overrides})
             backend = UR5RTDE(self.cfg, gate=gate)
             self.env = UR5ReachEnv(self.cfg, backend=backend)
         except BaseException:
