@@ -159,10 +159,10 @@ class Run:
         """Write a learner checkpoint as a previous run would have, optionally damaged."""
         from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig
         from async_rl_ros.core.learning.learner import Learner
-        from async_rl_ros.envs.reach_task import UR5ReachTask
+        from async_rl_ros.envs.tasks import resolve_task
         cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(hidden),
                                          'checkpoint.directory': str(self.ckpt)})
-        spec = UR5ReachTask().spec(EnvWorkerConfig())  # what the resumed run's learner has
+        _, spec = resolve_task(EnvWorkerConfig())  # what the resumed run's learner has
         learner = Learner(cfg, spec.obs_dim, spec.act_dim)
         if poison is not None:
             poison(learner)
