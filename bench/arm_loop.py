@@ -109,7 +109,10 @@ def run_worker(cfg, seconds: float, hidden=(256, 256)) -> dict:
     from async_rl_ros.core.workers.runtime import WorkerRuntime
     from async_rl_ros.envs.factory import build_worker
 
-    built = build_worker(cfg, 0, hidden, 64)
+    from async_rl_ros.core.config import LocalRunnerConfig
+    runner = LocalRunnerConfig()  # the shipped batching
+    built = build_worker(cfg, 0, hidden, runner.transition_batch,
+                         max_batch_lag=runner.max_batch_lag)
     built.worker.policy.fit_for_control()
     backend = built.env.unwrapped.backend
     obs_dim = built.env.observation_space.shape[0]

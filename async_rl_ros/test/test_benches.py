@@ -87,3 +87,11 @@ def test_time_to_success_drives_the_local_runner():
     assert set(rates) == {'updates_per_s', 'env_steps_per_s'} and min(rates.values()) >= 0
     reached, curve = bench.time_to([], 0.95, 1, lambda policy: policy)
     assert reached is None and curve == []
+
+
+def test_batch_lag_measures_what_the_learner_receives():
+    bench = _load('batch_lag')
+    row = bench.measure(commit_every=1, max_batch_lag=4, seconds=1.0)
+    assert row['messages_per_s'] > 0 and row['updates_per_s'] > 0
+    assert 0 < row['transitions_per_message'] <= 64
+    assert row['lag_mean'] <= row['lag_p99'] <= row['lag_max']

@@ -15,11 +15,13 @@
 """The env worker: batching, version stamps, weights hand-over, learner round trip."""
 
 import dataclasses
+import threading
 
 from async_rl_ros.core.config import LearnerConfig
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.workers.env_worker import (EnvWorker, NO_POLICY, WorkerPacer,
                                                   WorkerPolicy)
+from async_rl_ros.core.workers.runtime import BuiltWorker, WorkerRuntime
 from async_rl_ros.envs.reach_env import make_reach_env
 import numpy as np
 import pytest
@@ -114,6 +116,91 @@ def test_a_restarted_learner_is_followed_whatever_its_version(env, tmp_path):
     assert not worker.load_policy(dataclasses.replace(state, version=3, run_id=7))  # older
     assert worker.load_policy(dataclasses.replace(state, version=3, run_id=9))  # restarted
     assert (worker.policy.version, worker.policy.run_id) == (3, 9)
+
+
+def _learner_state(tmp_path):
+    cfg = LearnerConfig().replace(**{'sac.hidden_sizes': list(HIDDEN),
+                                     'checkpoint.directory': str(tmp_path)})
+    return Learner(cfg, 21, 3).policy_state()
+
+
+@pytest.mark.parametrize('max_lag', [0, 4])
+def test_a_batch_goes_out_early_once_the_policy_moved_past_it(env, tmp_path, max_lag):
+    """A learner publishing faster than a worker fills its batch: batching adds <= max_lag."""
+    state = _learner_state(tmp_path)
+    worker = EnvWorker(0, env, WorkerPolicy(21, 3, HIDDEN), batch_size=16, seed=3,
+                       max_batch_lag=max_lag)
+    sent = []
+    for step in range(200):
+        worker.load_policy(dataclasses.replace(state, version=step + 1))  # one per step
+        batch = worker.step()
+        if batch is not None:
+            sent.append((worker.policy.version, batch))
+    sizes = [len(b['reward']) for _, b in sent]
+    if max_lag == 0:
+        assert sizes == [16] * 12  # full batches only, however old their first transition
+        return
+    # The first transition of each batch is max_lag versions old when the batch goes out,
+    # and no transition is lost, repeated or reordered on the way.
+    assert all(version - b['policy_version'][0] == max_lag for version, b in sent)
+    assert sizes == [max_lag + 1] * (200 // (max_lag + 1))
+    versions = np.concatenate([b['policy_version'] for _, b in sent])
+    np.testing.assert_array_equal(versions, np.arange(1, len(versions) + 1))
+    obs = np.concatenate([b['obs'] for _, b in sent])
+    next_obs = np.concatenate([b['next_obs'] for _, b in sent])
+    chained = ~np.concatenate([b['terminated'] | b['truncated'] for _, b in sent])[:-1]
+    np.testing.assert_allclose(next_obs[:-1][chained], obs[1:][chained])
+
+
+def test_a_held_batch_goes_out_once_while_the_worker_does_not_step(env, tmp_path):
+    state = _learner_state(tmp_path)
+    worker = EnvWorker(0, env, WorkerPolicy(21, 3, HIDDEN), batch_size=64, max_batch_lag=4)
+    worker.load_policy(dataclasses.replace(state, version=1))
+    assert all(worker.step() is None for _ in range(10))
+    worker.load_policy(dataclasses.replace(state, version=4))
+    assert worker.flush_stale() is None  # 3 versions: not yet
+    worker.load_policy(dataclasses.replace(state, version=5))
+    held = worker.flush_stale()
+    assert len(held['reward']) == 10 and np.all(held['policy_version'] == 1)
+    worker.load_policy(dataclasses.replace(state, version=50))
+    assert worker.flush_stale() is None  # sent once: nothing held any more
+
+
+def test_a_worker_the_rate_limit_holds_back_sends_its_stale_transitions(env, tmp_path):
+    """The runtime's pause: the held transitions go out once, then the worker only waits."""
+    state = _learner_state(tmp_path)
+    worker = EnvWorker(0, env, WorkerPolicy(21, 3, HIDDEN), batch_size=64, max_batch_lag=8)
+    built = BuiltWorker(worker, env, None, 'sim', 0)
+    sent, idle = [], threading.Event()
+    polls = {'since_v9': 0}
+
+    def poll():
+        if worker.policy.version < 1:
+            return dataclasses.replace(state, version=1)
+        if worker.steps >= 10 and worker.policy.version < 9:  # the learner moves on
+            return dataclasses.replace(state, version=9)
+        if worker.policy.version == 9:
+            polls['since_v9'] += 1
+            if polls['since_v9'] >= 50:  # 50 pauses with the held transitions 8 versions old
+                idle.set()
+        return None
+
+    def send(batch, episodes):
+        sent.append(batch)
+        return True
+
+    runtime = WorkerRuntime(built, send, poll)
+    runtime.learner_heard(0, received=0, wanted=10)  # the learner can use 10 transitions
+    thread = threading.Thread(target=runtime.run, daemon=True)
+    thread.start()
+    try:
+        assert idle.wait(timeout=300)
+    finally:
+        runtime.stop()
+        thread.join(timeout=60)
+    assert worker.steps == 10  # paused at the limit all along
+    assert len(sent) == 1 and len(sent[0]['reward']) == 10
+    assert np.all(sent[0]['policy_version'] == 1) and runtime.batches_sent == 1
 
 
 def test_pacer_pauses_only_while_ahead_of_the_learner():

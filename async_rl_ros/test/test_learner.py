@@ -17,8 +17,8 @@
 from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.learning.resume import resume_learner
-from async_rl_ros.core.learning.sac import FiniteGuard
 from async_rl_ros.core.learning.single_process import train_single_process
+from async_rl_ros.core.learning.step_guard import FiniteGuard
 from async_rl_ros.core.learning.update_graph import replay_in_python, UpdateGraphs
 from async_rl_ros.core.workers.inline import PolicyEvaluator
 from conftest import tiny_config

@@ -24,7 +24,8 @@ from async_rl_ros.core.learning import networks
 from async_rl_ros.core.learning.networks import (Actor, inverted_dropout, PolicyForExport,
                                                  TwinQ)
 from async_rl_ros.core.learning.resume import check_finite
-from async_rl_ros.core.learning.sac import finite_guard, POLICY_REG_BASE, SAC, SACConfig
+from async_rl_ros.core.learning.sac import POLICY_REG_BASE, SAC, SACConfig
+from async_rl_ros.core.learning.step_guard import finite_guard
 from async_rl_ros.core.learning.update_graph import replay_in_python, UpdateGraphs
 import pytest
 import torch

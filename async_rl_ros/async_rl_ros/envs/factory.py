@@ -81,7 +81,7 @@ def evaluation_env(cfg: EnvWorkerConfig) -> tuple[Any, TaskSpec]:
 
 def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
                  batch_size: int, restarts: int = 0,
-                 object_pose: PoseBoard | None = None) -> BuiltWorker:
+                 object_pose: PoseBoard | None = None, max_batch_lag: int = 0) -> BuiltWorker:
     """
     Build (and, for a physical arm, connect) one env worker.
 
@@ -95,6 +95,8 @@ def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
     :param batch_size: transitions per batch handed to the transport.
     :param restarts: respawns so far (each gets a new seed).
     :param object_pose: the board of the object's pose (:func:`needs_object_pose`).
+    :param max_batch_lag: policy versions after which a partly filled batch is sent (the
+        transport's ``max_batch_lag``; 0: full batches only).
     """
     gate = None
     if cfg.backend == 'ur5':
@@ -106,7 +108,7 @@ def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
     policy = WorkerPolicy(spec.obs_dim, spec.act_dim, hidden, seed)
     policy.fit_for_control()  # one inference thread, warmed up before the first command
     worker = EnvWorker(worker_id, env, policy, batch_size=batch_size, seed=seed, source=source,
-                       rank=spec.rank)
+                       rank=spec.rank, max_batch_lag=max_batch_lag)
     return BuiltWorker(worker, env, gate, source, seed)
 
 

@@ -330,7 +330,7 @@ def init_child(parent_pid: int | None = None) -> None:
 
 def child_entry(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """
-    Decorate the entry point of a runner's child process, e.g. ``_worker_main``.
+    Decorate the entry point of a runner's child process, e.g. ``worker_main``.
 
     The child first calls :func:`init_child` (dies with its parent, pipe-safe output, no
     SIGINT). An expected failure (:class:`NeedsPerson` ...) ends it with one line on stderr

@@ -34,7 +34,8 @@ stepping, still polling weights -- a sample-to-insert limiter in the manner of R
 (Cassirer et al., 2021), never a round trip with the learner. The counters live in lock-free
 shared memory (one slot per worker), so a worker killed mid-update cannot leave a lock held.
 
-A worker process that dies is respawned and acts with the current policy at once.
+A worker process that dies is respawned and acts with the current policy at once. The body of
+a worker process is :func:`~async_rl_ros.local.worker_process.worker_main`.
 """
 
 from __future__ import annotations
@@ -55,17 +56,17 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
-from async_rl_ros.core.weights.receiver import Expectation, weights_summary
+from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.workers.realtime import keep_off_the_arm
-from async_rl_ros.local.lifecycle import check_child_exit, child_entry
-from async_rl_ros.local.weight_path import LocalWeightPath, LocalWeightReceiver
+from async_rl_ros.local.lifecycle import check_child_exit
+from async_rl_ros.local.weight_path import LocalWeightPath
+from async_rl_ros.local.worker_process import worker_main, WorkerShared
 
 __all__ = ['LocalTransport', 'default_num_workers']
 
 _LOG = logging.getLogger(__name__)
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
 SYNC_STALL_S = 60.0         # s without any batch before a sync round goes on (a hung worker)
-SYNC_POLICY_WAIT_S = 60.0   # s a sync worker waits for its round's policy (shards gone)
 UNLIMITED = 2**62           # allowance of free-running workers
 READ_IDLE_S = 0.001         # s the reader sleeps when no worker queue had a batch
 
@@ -78,107 +79,6 @@ def default_num_workers() -> int:
     except ImportError:
         cores = os.cpu_count() or 2
     return max(1, cores - 1)
-
-
-@dataclasses.dataclass
-class _Shared:
-    """What the learner side shares with every worker process."""
-
-    stop: Any           # Value: non-zero stops every worker (lock-free: a killed worker
-    #                     cannot leave a lock or an Event's condition behind)
-    round: Any  # noqa: A003 -- Value: lockstep round counter (sync; one writer)
-    round_version: Any  # Value: the policy version the workers of a round act with (sync)
-    produced: Any       # Array: transitions each worker queued (one writer per slot)
-    allowance: Any      # Value: transitions all workers may have queued
-    beat: Any           # Value: the learner's heartbeat (its update count)
-    version: Any        # Value: the learner's policy version
-    boards: list        # the weight path's shard boards (names) workers poll
-    obs_dim: int
-    sync: bool
-    cpus: list | None = None  # a physical arm's worker takes these back (the learner is off one)
-
-
-@child_entry('env worker')  # dies with the learner; SIGINT ignored (stopped via ``stop``)
-def _worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: int,
-                 restarts: int, shared: _Shared, out: Any) -> None:
-    """Run one env worker until ``shared.stop`` is set (the body of a worker process)."""
-    import torch
-
-    from async_rl_ros.core.workers.runtime import WorkerRuntime
-    from async_rl_ros.envs.factory import build_worker
-
-    torch.set_num_threads(1)
-    if shared.cpus is not None:  # the control thread then takes the arm's CPU
-        os.sched_setaffinity(0, shared.cpus)
-    built = build_worker(EnvWorkerConfig.from_flat(env_flat), worker_id, hidden, batch,
-                         restarts)
-    receiver = LocalWeightReceiver(shared.boards, shared.obs_dim,  # its own policy's layout
-                                   Expectation.of_policy(built.worker.policy))
-    backend = getattr(built.env.unwrapped, 'backend', None)  # a physical arm reports its own
-    state = {'round': shared.round.value, 'beat': -1}
-
-    def send(transitions: dict, episodes: list) -> bool:
-        stats = {'worker_id': worker_id, 'steps': built.worker.steps,
-                 'dropped': runtime.dropped, 'rejected': receiver.rejected,
-                 'policy_version': built.worker.policy.version, 'restarts': restarts,
-                 'policies': runtime.policies_received, **receiver.stats()}
-        if hasattr(backend, 'summary'):  # interrupted steps by kind, unconfirmed stops ...
-            stats['arm'] = backend.summary()
-        try:
-            out.put_nowait((transitions, episodes, stats))
-        except queue.Full:
-            return False  # never wait for the learner
-        shared.produced[worker_id] += len(transitions['reward'])  # this worker's slot only
-        if shared.sync:  # lockstep: wait for the learner's round
-            while shared.round.value <= state['round'] and not shared.stop.value:
-                time.sleep(0.0005)
-            state['round'] = shared.round.value
-            _await_round_policy(shared, runtime)
-        return True
-
-    def poll() -> PolicyState | None:
-        beat = shared.beat.value
-        if beat != state['beat']:  # the learner is alive: heartbeat, pacing
-            state['beat'] = beat
-            runtime.learner_heard(shared.version.value, sum(shared.produced),
-                                  shared.allowance.value)
-        return runtime.receive(receiver)
-
-    runtime = WorkerRuntime(built, send, poll, log=_LOG)
-
-    def watch() -> None:
-        while not shared.stop.value:
-            time.sleep(0.05)
-        runtime.stop()
-
-    threading.Thread(target=watch, name='stop', daemon=True).start()
-    try:
-        runtime.run()
-    finally:
-        receiver.close()
-        built.env.close()
-
-
-def _await_round_policy(shared: _Shared, runtime: Any) -> None:
-    """
-    Lockstep: install the policy of the round just released before acting on.
-
-    The weights travel through the shard processes, which a busy machine can hold back for
-    rounds (a shard process working through a backlog of commits); without this wait a sync
-    worker would act with a policy many versions old. The learner keeps the shards alive
-    while it waits for the round's batches (:meth:`LocalTransport.take`), so the policy
-    arrives; only a weight path that delivers nothing for :data:`SYNC_POLICY_WAIT_S` lets the
-    worker act on with the last policy held, which shows as policy lag.
-    """
-    wanted = shared.round_version.value
-    deadline = time.monotonic() + SYNC_POLICY_WAIT_S
-    while (runtime.worker.policy.version < wanted and not shared.stop.value
-           and time.monotonic() < deadline):
-        policy = runtime.poll_weights()  # what the runtime polls between steps
-        if policy is None:
-            time.sleep(0.0005)
-        elif not runtime.install(policy):
-            return  # weights that do not fit: counted by install, the worker acts on
 
 
 @dataclasses.dataclass
@@ -218,7 +118,7 @@ class LocalTransport:
             plan, every = keep_off_the_arm()
             worker_cpus = every if plan.arm is not None else None
         self.weights = LocalWeightPath(runner.parameter_server, runner.codec, initial)
-        self.shared = _Shared(
+        self.shared = WorkerShared(
             stop=self._ctx.Value('b', 0, lock=False),
             round=self._ctx.Value('q', 0, lock=False),
             round_version=self._ctx.Value('q', -1, lock=False),
@@ -270,9 +170,10 @@ class LocalTransport:
         if old is not None:
             self._retired = self._retired + [old]
         process = self._ctx.Process(
-            target=_worker_main, name=f'env_worker_{worker_id}', daemon=True,
+            target=worker_main, name=f'env_worker_{worker_id}', daemon=True,
             args=(worker_id, self.env_cfg.to_flat(), tuple(self.cfg.sac.hidden_sizes),
-                  self.rcfg.transition_batch, restarts, self.shared, out))
+                  self.rcfg.transition_batch, self.rcfg.max_batch_lag, restarts, self.shared,
+                  out))
         process.start()
         self.workers[worker_id] = _WorkerHandle(process, time.monotonic(), restarts)
 

@@ -89,7 +89,8 @@ class EnvWorkerNode(ArmNode):
         try:
             built = build_worker(self.cfg, self.worker_id, self.hidden,
                                  self.transport.transition_batch,
-                                 object_pose=self.object_pose(self.cfg))
+                                 object_pose=self.object_pose(self.cfg),
+                                 max_batch_lag=self.transport.max_batch_lag)
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return False

@@ -48,7 +48,8 @@ from async_rl_ros.core.learning.her import HindsightRelabeler
 from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.normalizer import RunningNormalizer
 from async_rl_ros.core.learning.replay import ReplayBuffer
-from async_rl_ros.core.learning.sac import FiniteGuard, SAC, UPDATE_METRICS
+from async_rl_ros.core.learning.sac import SAC, UPDATE_METRICS
+from async_rl_ros.core.learning.step_guard import FiniteGuard
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, GoalSpec, RankMetric
 import numpy as np

@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 from async_rl_ros.core.learning.networks import PolicyForExport
 import torch
 
-__all__ = ['POLICY_REG_BASE', 'PolicyRegularization']
+__all__ = ['POLICY_REG_BASE', 'PolicyRegularization', 'legacy_state']
 
 #: Weight the term has at a scale of 1 when the configured weight is 0 (the doctor turned it on).
 POLICY_REG_BASE = 0.1
@@ -129,3 +129,18 @@ class PolicyRegularization:
         """
         self.scale = float(state['scale'])
         self.set_reference(state['reference'])
+
+
+def legacy_state(state: Mapping[str, Any], configured: float) -> dict[str, Any]:
+    """
+    Read the regularization of a SAC checkpoint that saved its weight, not its scale.
+
+    :param state: the SAC state dict of such a checkpoint (``policy_reg_weight``,
+        ``reference_policy``).
+    :param configured: this run's configured weight.
+    :returns: a :meth:`PolicyRegularization.state_dict` of the same weight.
+    """
+    weight = float(state['policy_reg_weight'])
+    base = configured if configured > 0.0 else POLICY_REG_BASE
+    return {'scale': weight / base if weight > 0.0 or configured > 0.0 else 1.0,
+            'reference': state['reference_policy']}

@@ -34,9 +34,10 @@ Conventions:
 * the returned ``td_abs`` is the mean over the two critics of ``|Q_i(s, a) - y|``, detached.
 
 :meth:`SAC.update` does no I/O. Eagerly it synchronizes with the device once for its metrics
-and once per optimizer step when a guard is installed (a guard returns a Python bool). On CUDA
-with ``cuda_graph`` the whole update is one replayed graph (:mod:`.update_graph`) and one
-synchronization reads its metrics and its finite-step verdict together.
+and once per optimizer step when a guard is installed (a guard returns a Python bool; see
+:mod:`.step_guard`). On CUDA with ``cuda_graph`` the whole update is one replayed graph
+(:mod:`.update_graph`) and one synchronization reads its metrics and its finite-step verdict
+together.
 """
 
 from __future__ import annotations
@@ -50,13 +51,14 @@ import warnings
 
 from async_rl_ros.core.config import ConfigError, SACConfig
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
-from async_rl_ros.core.learning.policy_reg import POLICY_REG_BASE, PolicyRegularization
+from async_rl_ros.core.learning.policy_reg import (legacy_state, POLICY_REG_BASE,
+                                                   PolicyRegularization)
+from async_rl_ros.core.learning.step_guard import all_finite, finite_guard, FiniteGuard, Guard
 from async_rl_ros.core.learning.update_graph import UpdateGraphs
 import torch
 from torch import nn
 
-__all__ = ['POLICY_REG_BASE', 'UPDATE_METRICS', 'FiniteGuard', 'Guard', 'SACConfig', 'SAC',
-           'finite_guard', 'resolve_device']
+__all__ = ['POLICY_REG_BASE', 'UPDATE_METRICS', 'SACConfig', 'SAC', 'resolve_device']
 
 #: Every metric :meth:`SAC.update` reports (``losses/policy_reg`` only with a reference
 #: policy, ``losses/action_smoothness`` only with ``smoothness_weight > 0``), known before the
@@ -65,8 +67,6 @@ UPDATE_METRICS = ('losses/qf1_loss', 'losses/qf2_loss', 'losses/qf1_values',
                   'losses/grad_norm_critic', 'losses/alpha', 'losses/actor_loss',
                   'losses/alpha_loss', 'losses/entropy', 'losses/grad_norm_actor',
                   'losses/policy_reg', 'losses/action_smoothness', 'doctor/skipped')
-
-Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor], bool]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -81,43 +81,6 @@ def resolve_device(name: str) -> torch.device:
     if name == 'cuda' and not torch.cuda.is_available():
         raise ConfigError('device', name, 'a device that exists (CUDA is not available)')
     return torch.device(name)
-
-
-class FiniteGuard:
-    """
-    A guard that refuses exactly the steps whose losses or gradient norm are not finite.
-
-    The decision depends on the step's tensors alone, so a CUDA graph can take it on the
-    device: the graphed update calls :meth:`passed` after an update that was finite throughout,
-    and calls the guard itself only when it redoes an update eagerly (see :meth:`SAC.update`).
-    Subclasses act on a refusal (the training doctor counts and restores); they must not
-    refuse a finite step.
-    """
-
-    def __call__(self, losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor],
-                 grad_norm: torch.Tensor) -> bool:
-        """
-        Accept a step only if every loss and the gradient norm are finite.
-
-        :param losses: the losses of the step.
-        :param parameters: the parameters the step would change.
-        :param grad_norm: the total gradient norm of the networks' parameters (non-finite when
-            any of their gradients is; the temperature's gradient equals ``alpha_loss``).
-        :returns: whether to apply the step.
-        """
-        return bool(_all_finite([*losses.values(), grad_norm]))
-
-    def passed(self) -> None:
-        """Record an update whose every step a CUDA graph found finite (nothing to do here)."""
-
-
-#: The default guard.
-finite_guard = FiniteGuard()
-
-
-def _all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Return, on their device, whether every element of some tensors is finite (no sync)."""
-    return torch.isfinite(torch.cat([t.detach().float().reshape(-1) for t in tensors])).all()
 
 
 def _scalars(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -324,7 +287,7 @@ class SAC:
         def body(*static: torch.Tensor) -> tuple[list[torch.Tensor], _Body]:
             out = self._update_body(*static[:6], static[6][0], static[6][1], static[6][2],
                                     actor_step, use_reg, None)
-            vector = _scalars([*out.tensors.values(), _all_finite(out.checks)])
+            vector = _scalars([*out.tensors.values(), all_finite(out.checks)])
             return [vector, out.td_abs], out
 
         replayed, result = self.graphs.run(key, (*inputs, scalars), body, eager)
@@ -597,7 +560,7 @@ class SAC:
             for group in optimizer.param_groups:
                 group.update(kernel)
         self.policy_reg.load_state_dict(state['policy_reg'] if 'policy_reg' in state
-                                        else _legacy_policy_reg(state, self.policy_reg.configured))
+                                        else legacy_state(state, self.policy_reg.configured))
         counters = state['counters']
         self.num_updates = int(counters['num_updates'])
         self.num_actor_updates = int(counters['num_actor_updates'])
@@ -617,14 +580,6 @@ def _frozen(module: nn.Module) -> Iterator[None]:
         yield
     finally:
         module.requires_grad_(True)
-
-
-def _legacy_policy_reg(state: Mapping[str, Any], configured: float) -> dict[str, Any]:
-    """Read the regularization of a checkpoint that saved its weight, not its scale."""
-    weight = float(state['policy_reg_weight'])
-    base = configured if configured > 0.0 else POLICY_REG_BASE
-    return {'scale': weight / base if weight > 0.0 or configured > 0.0 else 1.0,
-            'reference': state['reference_policy']}
 
 
 def _check_factor(factor: float) -> None:

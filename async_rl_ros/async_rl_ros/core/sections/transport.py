@@ -26,6 +26,13 @@ import dataclasses
 
 from async_rl_ros.core.options import ConfigError, INT32_MAX, option, Section
 
+#: Default and text of ``max_batch_lag``, the same in both transports.
+MAX_BATCH_LAG_DOC = (8, 'A worker sends a partly filled batch once its policy is this many '
+                     'versions newer than the first transition of the batch, also while the '
+                     'rate limit holds it back: batching then adds at most this lag when the '
+                     'learner publishes faster than a worker fills a batch (0: full batches '
+                     'only).')
+
 
 @dataclasses.dataclass
 class CodecConfig(Section):
@@ -97,6 +104,8 @@ class LocalRunnerConfig(Section):
                               low=0, high=1024)
     transition_batch: int = option(64, 'Transitions per message from a worker.',
                                    unit='transitions', low=1, high=65536)
+    max_batch_lag: int = option(MAX_BATCH_LAG_DOC[0], MAX_BATCH_LAG_DOC[1], unit='versions',
+                                low=0, high=1_000_000)
     queue_batches: int = option(256, 'Messages the transition queues hold, split between the '
                                 'workers (one queue each), before a worker drops batches '
                                 '(workers never wait).', low=1, high=1_000_000)
@@ -113,6 +122,8 @@ class RosTransportConfig(Section):
 
     transition_batch: int = option(64, 'Transitions per TransitionBatch message from a worker.',
                                    unit='transitions', low=1, high=65536, read_only=True)
+    max_batch_lag: int = option(MAX_BATCH_LAG_DOC[0], MAX_BATCH_LAG_DOC[1], unit='versions',
+                                low=0, high=1_000_000, read_only=True)
     max_raw_batches: int = option(1024, 'Received batches queued for preprocessing before the '
                                   'oldest is dropped (subscriptions never block).', low=1,
                                   high=1_000_000, read_only=True)

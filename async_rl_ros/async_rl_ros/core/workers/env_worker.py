@@ -18,10 +18,14 @@ The env worker: one environment, a CPU copy of the policy, transitions out in ba
 Transport-independent: the local runner's worker process and the ROS 2 worker node both
 call :meth:`EnvWorker.step` in a loop, hand it new weights with :meth:`EnvWorker.load_policy`
 whenever their transport has some (never waiting for them), and ship the batches that
-:meth:`EnvWorker.step` returns. Every transition is stamped with the worker id and the
-``policy_version`` of the weights that chose its action, and with its ``source`` (``'sim'``
-or ``'real'``, see :data:`async_rl_ros.core.records.SOURCES`) so that a mixed fleet's
-replay can weight real-robot data.
+:meth:`EnvWorker.step` returns. A batch goes out when it is full, or earlier once the policy
+has moved ``max_batch_lag`` versions past its first transition: a learner that publishes
+faster than a worker fills a batch would otherwise receive data older than the batching
+needs (:meth:`EnvWorker.flush_stale` does the same for a worker the rate limit holds back).
+Every transition is stamped with the worker id and the ``policy_version`` of the weights that
+chose its action, and with its ``source`` (``'sim'`` or ``'real'``, see
+:data:`async_rl_ros.core.records.SOURCES`) so that a mixed fleet's replay can weight
+real-robot data.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ class EnvWorker:
         learner publishes none before its warm-up is over, so warm-up belongs to the start of
         training, and a worker started later acts with the current policy at once).
     :param batch_size: transitions per batch handed to the transport.
+    :param max_batch_lag: hand over a partly filled batch once the policy is this many
+        versions newer than its first transition (0: full batches only).
     :param seed: seed of the environment and of the random actions.
     :param source: ``'sim'`` or ``'real'``, stamped on every transition.
     :param rank: the task's rank metric, reported with each finished episode.
@@ -123,12 +129,14 @@ class EnvWorker:
     """
 
     def __init__(self, worker_id: int, env: Any, policy: WorkerPolicy, batch_size: int = 64,
-                 seed: int = 0, source: str = 'sim', rank: RankMetric = FINAL_DISTANCE):
+                 seed: int = 0, source: str = 'sim', rank: RankMetric = FINAL_DISTANCE,
+                 max_batch_lag: int = 0):
         self.worker_id = int(worker_id)
         self.source = source
         self.env = env
         self.policy = policy
         self.batch_size = int(batch_size)
+        self.max_batch_lag = int(max_batch_lag)
         self.rng = np.random.default_rng(seed)
         self.episodes = EpisodeTracker(rank=rank)
         self.steps = 0
@@ -156,7 +164,7 @@ class EnvWorker:
         return True
 
     def step(self) -> TransitionBatch | None:
-        """Take one env step; return a full batch of transitions when one is ready."""
+        """Take one env step; return a batch when it is full or the policy moved past it."""
         if self._obs is None:
             self._obs, _ = self.env.reset(seed=self._seed)
         if self.policy.version == NO_POLICY:
@@ -180,10 +188,28 @@ class EnvWorker:
         done = terminated or truncated
         self.episodes.step(reward, done, info, emit=self.episode_metrics.append)
         self._obs = self.env.reset()[0] if done else next_obs
-        if self._fill < self.batch_size:
+        if self._fill < self.batch_size and not self._held_too_long():
             return None
-        self._fill = 0
-        return TransitionBatch(**{key: value.copy() for key, value in b.items()})
+        return self._take()
+
+    def flush_stale(self) -> TransitionBatch | None:
+        """
+        Return the transitions held so far once the policy moved ``max_batch_lag`` past them.
+
+        A worker that does not step (paused by the rate limit) calls this between polls: the
+        transitions it holds reach the learner while the learner still counts them as fresh,
+        and a long pause sends them once, not once per poll.
+        """
+        return self._take() if self._held_too_long() else None
+
+    def _held_too_long(self) -> bool:
+        first = int(self._batch['policy_version'][0])
+        return (self.max_batch_lag > 0 and self._fill > 0
+                and self.policy.version - first >= self.max_batch_lag)
+
+    def _take(self) -> TransitionBatch:
+        n, self._fill = self._fill, 0
+        return TransitionBatch(**{key: value[:n].copy() for key, value in self._batch.items()})
 
     def take_episode_metrics(self) -> list[dict[str, float]]:
         """Return and clear the metrics of the episodes finished since the last call."""

@@ -77,7 +77,7 @@ class WorkerRuntime:
     Step a built worker until stopped; the transport supplies weights and takes batches.
 
     :param built: the worker from :func:`build_worker`.
-    :param send: hands a full batch and the episode metrics finished with it to the
+    :param send: hands a batch and the episode metrics finished with it to the
         transport; returns whether it was taken (a full queue drops it, never waits).
     :param poll_weights: returns a new policy state, or ``None`` (called between steps).
     :param log: where failures are reported.
@@ -189,15 +189,19 @@ class WorkerRuntime:
             if state is not None:
                 self.install(state)
             if self.pacer.should_pause(worker.steps):
-                self.stop_event.wait(PACE_SLEEP_S)  # ahead of the learner: let it catch up
+                # Ahead of the learner: let it catch up, sending on what it would count stale.
+                self._hand_over(worker.flush_stale())
+                self.stop_event.wait(PACE_SLEEP_S)
                 continue
-            batch = worker.step()
-            if batch is None:
-                continue
-            if self.send(batch, worker.take_episode_metrics()):
-                self.batches_sent += 1
-            else:
-                self.dropped += 1
+            self._hand_over(worker.step())
+
+    def _hand_over(self, batch: TransitionBatch | None) -> None:
+        if batch is None:
+            return
+        if self.send(batch, self.worker.take_episode_metrics()):
+            self.batches_sent += 1
+        else:
+            self.dropped += 1
 
     def stop(self) -> None:
         """Ask :meth:`run` to return; a step held by a real arm's gate returns at once."""

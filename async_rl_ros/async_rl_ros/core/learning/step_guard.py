@@ -1,0 +1,71 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The step guard: what decides whether one optimizer step of the SAC update is applied.
+
+:meth:`async_rl_ros.core.learning.sac.SAC.update` hands a guard each step's losses, the
+parameters the step would change and their gradient norm, after the backward pass and before
+the optimizer step; a guard that returns ``False`` skips the step. :class:`FiniteGuard`
+refuses exactly the non-finite steps; the training doctor's guard
+(:mod:`async_rl_ros.core.learning.learner`) is one, which also counts and restores.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+__all__ = ['Guard', 'FiniteGuard', 'all_finite', 'finite_guard']
+
+#: ``guard(losses, parameters, grad_norm) -> apply the step?``
+Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor], bool]
+
+
+def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Return, on their device, whether every element of some tensors is finite (no sync)."""
+    return torch.isfinite(torch.cat([t.detach().float().reshape(-1) for t in tensors])).all()
+
+
+class FiniteGuard:
+    """
+    A guard that refuses exactly the steps whose losses or gradient norm are not finite.
+
+    The decision depends on the step's tensors alone, so a CUDA graph can take it on the
+    device: the graphed update calls :meth:`passed` after an update that was finite throughout,
+    and calls the guard itself only when it redoes an update eagerly (see
+    :meth:`~async_rl_ros.core.learning.sac.SAC.update`). Subclasses act on a refusal (the
+    training doctor counts and restores); they must not refuse a finite step.
+    """
+
+    def __call__(self, losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor],
+                 grad_norm: torch.Tensor) -> bool:
+        """
+        Accept a step only if every loss and the gradient norm are finite.
+
+        :param losses: the losses of the step.
+        :param parameters: the parameters the step would change.
+        :param grad_norm: the total gradient norm of the networks' parameters (non-finite when
+            any of their gradients is; the temperature's gradient equals ``alpha_loss``).
+        :returns: whether to apply the step.
+        """
+        return bool(all_finite([*losses.values(), grad_norm]))
+
+    def passed(self) -> None:
+        """Record an update whose every step a CUDA graph found finite (nothing to do here)."""
+
+
+#: The default guard.
+finite_guard = FiniteGuard()

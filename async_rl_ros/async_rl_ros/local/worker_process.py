@@ -1,0 +1,148 @@
+# Copyright 2026 The async_rl_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The env-worker process of the local transport: one simulated or physical arm, no ROS.
+
+:func:`worker_main` is the body of each worker process that
+:class:`~async_rl_ros.local.runner.LocalTransport` starts. It builds the worker of the
+configured task (:func:`~async_rl_ros.envs.factory.build_worker`), sends its transition
+batches through its own queue without ever waiting for the learner (in lockstep it waits for
+the learner's round instead), and takes the policy from the parameter-server shards' boards.
+What it shares with the learner side (:class:`WorkerShared`) is lock-free shared memory: a
+worker killed mid-write leaves no lock held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+from async_rl_ros.core.config import EnvWorkerConfig
+from async_rl_ros.core.records import PolicyState
+from async_rl_ros.core.weights.receiver import Expectation
+from async_rl_ros.local.lifecycle import child_entry
+from async_rl_ros.local.weight_path import LocalWeightReceiver
+
+__all__ = ['SYNC_POLICY_WAIT_S', 'WorkerShared', 'await_round_policy', 'worker_main']
+
+_LOG = logging.getLogger(__name__)
+SYNC_POLICY_WAIT_S = 60.0   # s a sync worker waits for its round's policy (shards gone)
+
+
+@dataclasses.dataclass
+class WorkerShared:
+    """What the learner side shares with every worker process."""
+
+    stop: Any           # Value: non-zero stops every worker (lock-free: a killed worker
+    #                     cannot leave a lock or an Event's condition behind)
+    round: Any  # noqa: A003 -- Value: lockstep round counter (sync; one writer)
+    round_version: Any  # Value: the policy version the workers of a round act with (sync)
+    produced: Any       # Array: transitions each worker queued (one writer per slot)
+    allowance: Any      # Value: transitions all workers may have queued
+    beat: Any           # Value: the learner's heartbeat (its update count)
+    version: Any        # Value: the learner's policy version
+    boards: list        # the weight path's shard boards (names) workers poll
+    obs_dim: int
+    sync: bool
+    cpus: list | None = None  # a physical arm's worker takes these back (the learner is off one)
+
+
+@child_entry('env worker')  # dies with the learner; SIGINT ignored (stopped via ``stop``)
+def worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: int,
+                max_batch_lag: int, restarts: int, shared: WorkerShared, out: Any) -> None:
+    """Run one env worker until ``shared.stop`` is set (the body of a worker process)."""
+    import torch
+
+    from async_rl_ros.core.workers.runtime import WorkerRuntime
+    from async_rl_ros.envs.factory import build_worker
+
+    torch.set_num_threads(1)
+    if shared.cpus is not None:  # the control thread then takes the arm's CPU
+        os.sched_setaffinity(0, shared.cpus)
+    built = build_worker(EnvWorkerConfig.from_flat(env_flat), worker_id, hidden, batch,
+                         restarts, max_batch_lag=max_batch_lag)
+    receiver = LocalWeightReceiver(shared.boards, shared.obs_dim,  # its own policy's layout
+                                   Expectation.of_policy(built.worker.policy))
+    backend = getattr(built.env.unwrapped, 'backend', None)  # a physical arm reports its own
+    state = {'round': shared.round.value, 'beat': -1}
+
+    def send(transitions: dict, episodes: list) -> bool:
+        stats = {'worker_id': worker_id, 'steps': built.worker.steps,
+                 'dropped': runtime.dropped, 'rejected': receiver.rejected,
+                 'policy_version': built.worker.policy.version, 'restarts': restarts,
+                 'policies': runtime.policies_received, **receiver.stats()}
+        if hasattr(backend, 'summary'):  # interrupted steps by kind, unconfirmed stops ...
+            stats['arm'] = backend.summary()
+        try:
+            out.put_nowait((transitions, episodes, stats))
+        except queue.Full:
+            return False  # never wait for the learner
+        shared.produced[worker_id] += len(transitions['reward'])  # this worker's slot only
+        if shared.sync:  # lockstep: wait for the learner's round
+            while shared.round.value <= state['round'] and not shared.stop.value:
+                time.sleep(0.0005)
+            state['round'] = shared.round.value
+            await_round_policy(shared, runtime)
+        return True
+
+    def poll() -> PolicyState | None:
+        beat = shared.beat.value
+        if beat != state['beat']:  # the learner is alive: heartbeat, pacing
+            state['beat'] = beat
+            runtime.learner_heard(shared.version.value, sum(shared.produced),
+                                  shared.allowance.value)
+        return runtime.receive(receiver)
+
+    runtime = WorkerRuntime(built, send, poll, log=_LOG)
+
+    def watch() -> None:
+        while not shared.stop.value:
+            time.sleep(0.05)
+        runtime.stop()
+
+    threading.Thread(target=watch, name='stop', daemon=True).start()
+    try:
+        runtime.run()
+    finally:
+        receiver.close()
+        built.env.close()
+
+
+def await_round_policy(shared: WorkerShared, runtime: Any) -> None:
+    """
+    Lockstep: install the policy of the round just released before acting on.
+
+    The weights travel through the shard processes, which a busy machine can hold back for
+    rounds (a shard process working through a backlog of commits); without this wait a sync
+    worker would act with a policy many versions old. The learner keeps the shards alive
+    while it waits for the round's batches
+    (:meth:`~async_rl_ros.local.runner.LocalTransport.take`), so the policy arrives; only a
+    weight path that delivers nothing for :data:`SYNC_POLICY_WAIT_S` lets the worker act on
+    with the last policy held, which shows as policy lag.
+    """
+    wanted = shared.round_version.value
+    deadline = time.monotonic() + SYNC_POLICY_WAIT_S
+    while (runtime.worker.policy.version < wanted and not shared.stop.value
+           and time.monotonic() < deadline):
+        policy = runtime.poll_weights()  # what the runtime polls between steps
+        if policy is None:
+            time.sleep(0.0005)
+        elif not runtime.install(policy):
+            return  # weights that do not fit: counted by install, the worker acts on
