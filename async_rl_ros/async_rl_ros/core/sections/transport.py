@@ -23,15 +23,18 @@ and weights: the no-ROS ``local_runner`` and the ROS 2 ``ros_transport``. Import
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from async_rl_ros.core.options import ConfigError, INT32_MAX, option, Section
 
-#: Default and text of ``max_batch_lag``, the same in both transports.
-MAX_BATCH_LAG_DOC = (8, 'A worker sends a partly filled batch once its policy is this many '
-                     'versions newer than the first transition of the batch, also while the '
-                     'rate limit holds it back: batching then adds at most this lag when the '
-                     'learner publishes faster than a worker fills a batch (0: full batches '
-                     'only).')
+
+def _max_batch_lag(read_only: bool = False) -> Any:
+    """Declare ``max_batch_lag``, the same option in both transports."""
+    return option(8, 'A worker sends a partly filled batch once its policy is this many '
+                  'versions newer than the first transition of the batch, also while the rate '
+                  'limit holds it back: batching then adds at most this lag when the learner '
+                  'publishes faster than a worker fills a batch (0: full batches only).',
+                  unit='versions', low=0, high=1_000_000, read_only=read_only)
 
 
 @dataclasses.dataclass
@@ -104,8 +107,7 @@ class LocalRunnerConfig(Section):
                               low=0, high=1024)
     transition_batch: int = option(64, 'Transitions per message from a worker.',
                                    unit='transitions', low=1, high=65536)
-    max_batch_lag: int = option(MAX_BATCH_LAG_DOC[0], MAX_BATCH_LAG_DOC[1], unit='versions',
-                                low=0, high=1_000_000)
+    max_batch_lag: int = _max_batch_lag()
     queue_batches: int = option(256, 'Messages the transition queues hold, split between the '
                                 'workers (one queue each), before a worker drops batches '
                                 '(workers never wait).', low=1, high=1_000_000)
@@ -122,8 +124,7 @@ class RosTransportConfig(Section):
 
     transition_batch: int = option(64, 'Transitions per TransitionBatch message from a worker.',
                                    unit='transitions', low=1, high=65536, read_only=True)
-    max_batch_lag: int = option(MAX_BATCH_LAG_DOC[0], MAX_BATCH_LAG_DOC[1], unit='versions',
-                                low=0, high=1_000_000, read_only=True)
+    max_batch_lag: int = _max_batch_lag(read_only=True)
     max_raw_batches: int = option(1024, 'Received batches queued for preprocessing before the '
                                   'oldest is dropped (subscriptions never block).', low=1,
                                   high=1_000_000, read_only=True)
