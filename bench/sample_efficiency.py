@@ -213,7 +213,8 @@ def make_baseline(impl: str, task: str, seed: int, steps: int, env_cfg=None,
         from async_rl_ros.envs.factory import build_env
         env, _ = build_env(env_cfg)
         eval_env, _ = build_env(env_cfg)
-        return SAC('MlpPolicy', env, seed=seed, verbose=0, device=device), None, eval_env
+        return (_quiet(SAC('MlpPolicy', env, seed=seed, verbose=0, device=device)), None,
+                eval_env)
     hp = zoo_entry(task)
     env, eval_env = baseline_env(task, env_cfg), baseline_env(task, env_cfg)
     venv = normalize = DummyVecEnv([lambda: env])
@@ -236,7 +237,20 @@ def make_baseline(impl: str, task: str, seed: int, steps: int, env_cfg=None,
                  replay_buffer_kwargs={'goal_selection_strategy': 'future',
                                        'n_sampled_goal': 4},
                  policy_kwargs=policy_kwargs, seed=seed, verbose=0, device=device, **hp)
-    return model, normalize, eval_env
+    return _quiet(model), normalize, eval_env
+
+
+def _quiet(model):
+    """
+    Give an SB3 model a logger with no outputs.
+
+    Without one, every ``learn()`` call (one per evaluation mark) configures its own and
+    leaves an empty ``SB3-<time>`` folder in the temporary directory.
+    """
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def run_baseline(impl: str, seed: int, steps: int, marks: list[int], task: str = 'reach',

@@ -52,6 +52,24 @@ def test_sample_efficiency_trains_and_scores_marks():
     assert result['seconds'][60] <= result['seconds'][120]
 
 
+def test_a_baseline_leaves_no_log_folders_behind(monkeypatch, tmp_path):
+    """SB3 makes an ``SB3-<time>`` folder per ``learn()`` unless it is given a logger."""
+    pytest.importorskip('stable_baselines3')
+    import tempfile
+
+    bench = _load('sample_efficiency')
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    model, _, eval_env = bench.make_baseline('sac_her', 'reach', 0, 200)
+    try:
+        for _ in range(2):  # one call per evaluation mark
+            model.learn(50, reset_num_timesteps=False)
+    finally:
+        eval_env.close()
+        model.get_env().close()
+    assert model.num_timesteps == 100
+    assert [p.name for p in tmp_path.glob('SB3-*')] == []
+
+
 def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatch):
     """A default changed since (here the reach action) runs the job again."""
     bench = _load('sample_efficiency')
