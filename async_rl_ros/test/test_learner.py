@@ -14,6 +14,8 @@
 
 """The learner: ingest, update, policy hand-out, checkpoints, single-process training."""
 
+import dataclasses
+
 from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.learning.resume import resume_learner
@@ -328,12 +330,13 @@ def test_the_averaged_actor_is_evaluated_and_exported_while_workers_act_online(t
     assert loop.source.receiver.version == loop.published == learner.policy_version
     finals = []
 
-    def evaluate(state, held_out):
-        finals.append(equal(state.actor, weights(average)))
+    def evaluate(state, split):
+        finals.append((split, equal(state.actor, weights(average))))
         return EpisodeStats(episodes=1, successes=1)
 
     run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
-    assert finals == [True, True]  # the current policy is the averaged one; it scored best
+    # The current policy is the averaged one; it ties the snapshots and, newest, wins.
+    assert finals[0] == ('evaluator', True) and finals[-1] == ('held_out', True)
     obs = torch.as_tensor(env.reset(seed=3)[0], dtype=torch.float32)
     exported = torch.jit.load(str(run.policy))(obs)
     expected = learner.export_policy(evaluated=True)(obs)
@@ -360,15 +363,16 @@ def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(t
         learner.train_step()
     calls = []
 
-    def evaluate(state, held_out):
-        calls.append((state.version, held_out))
-        last = not held_out  # the current policy: 2 of 10
+    def evaluate(state, split):
+        calls.append((state.version, split))
+        last = state.version != good.version  # the current policy: 2 of 10
         return EpisodeStats(episodes=10, steps=1000, successes=2 if last else 8,
                             safety=Counter({'accel': 50, 'speed': 2}))
 
     learner.policy_version = good.version + 1  # the current policy is a newer version
     run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
-    assert calls == [(good.version + 1, False), (good.version, True)]
+    assert calls == [(good.version + 1, 'evaluator'), (good.version, 'selection'),
+                     (good.version + 1, 'selection'), (good.version, 'held_out')]
     summary = json.loads(run.summary_path.read_text())
     assert summary['exported_policy_version'] == good.version
     assert summary['exported_policy_success_rate'] == 0.9
@@ -385,6 +389,73 @@ def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(t
         torch.testing.assert_close(exported(obs), reference(obs))
 
 
+def test_the_export_is_chosen_on_fresh_episodes_not_by_the_luckiest_score(tmp_path):
+    """
+    The evaluator's best score is a maximum of noisy ones, so it does not choose alone.
+
+    The top snapshots and the last policy are scored again on selection episodes, and the best
+    there is exported and judged.
+    """
+    import json
+
+    from async_rl_ros.core.learning.artifacts import finish_run
+    from async_rl_ros.core.learning.evaluation import EpisodeStats
+    from async_rl_ros.core.learning.loop import TrainingLoop
+
+    cfg = tiny_config(tmp_path, export_candidates=2)
+    learner = Learner(cfg, OBS, ACT)
+    learner.ingest(transitions(200, np.random.default_rng(0)))
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    # Evaluator scores (of 20 episodes) and what each policy really does (selection episodes).
+    evaluator = {1: 0.30, 2: 0.55, 3: 0.50, 4: 0.20}
+    true_rate = {1: 0.30, 2: 0.25, 3: 0.60, 4: 0.45, 5: 0.50}
+    for version, rate in evaluator.items():
+        state = dataclasses.replace(learner.policy_state(), version=version)
+        loop.record_evaluation(state, EpisodeStats(episodes=20, successes=round(20 * rate)),
+                               env_steps=1000 * version)
+    calls = []
+
+    def evaluate(state, split):
+        calls.append((state.version, split))
+        rate = 0.10 if split == 'evaluator' else true_rate[state.version]
+        return EpisodeStats(episodes=100, successes=round(100 * rate))
+
+    learner.policy_version = 5  # the last policy: 0.10 on the evaluator's episodes
+    run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
+    # The two best scores (versions 2, 3) and the last policy (5) are scored again.
+    assert calls == [(5, 'evaluator'), (2, 'selection'), (3, 'selection'), (5, 'selection'),
+                     (3, 'held_out')]
+    summary = json.loads(run.summary_path.read_text())
+    assert summary['exported_policy_version'] == 3
+    assert summary['exported_policy_success_rate'] == 0.5   # the evaluator's score
+    assert summary['eval_success_rate'] == 0.6              # held out
+    assert [(c['version'], c['selection_success_rate']) for c in summary['export_candidates']
+            ] == [(2, 0.25), (3, 0.6), (5, 0.5)]
+
+
+def test_one_export_candidate_exports_the_best_score_as_it_is(tmp_path):
+    from async_rl_ros.core.learning.artifacts import finish_run
+    from async_rl_ros.core.learning.evaluation import EpisodeStats
+    from async_rl_ros.core.learning.loop import TrainingLoop
+
+    learner = Learner(tiny_config(tmp_path, export_candidates=1), OBS, ACT)
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    best = dataclasses.replace(learner.policy_state(), version=7)
+    loop.record_evaluation(best, EpisodeStats(episodes=20, successes=20), env_steps=100)
+    calls = []
+
+    def evaluate(state, split):
+        calls.append((state.version, split))
+        return EpisodeStats(episodes=20, successes=10)
+
+    learner.policy_version = 8
+    run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
+    # The last policy still competes with the best score, but nothing is scored again.
+    assert calls == [(8, 'evaluator'), (7, 'held_out')]
+    assert 'export_candidates' not in run.summary
+    assert run.summary['exported_policy_version'] == 7
+
+
 def test_the_final_evaluation_scores_like_the_evaluator_and_judges_on_more_episodes(tmp_path):
     """The last policy is scored as every snapshot was; the held-out judge has its own count."""
     from async_rl_ros.core.workers.inline import final_evaluation
@@ -396,8 +467,9 @@ def test_the_final_evaluation_scores_like_the_evaluator_and_judges_on_more_episo
         learner = Learner(cfg, env.observation_space.shape[0], env.action_space.shape[0])
         evaluate = final_evaluation(env, cfg)
         state = learner.policy_state()
-        assert evaluate(state, False).episodes == 2   # learner.eval_episodes
-        assert evaluate(state, True).episodes == 3    # learner.final_eval_episodes
+        assert evaluate(state, 'evaluator').episodes == 2   # learner.eval_episodes
+        assert evaluate(state, 'selection').episodes == 3   # learner.final_eval_episodes
+        assert evaluate(state, 'held_out').episodes == 3
     finally:
         env.close()
 

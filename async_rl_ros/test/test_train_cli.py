@@ -122,6 +122,22 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     assert action.shape == (3,) and bool((action.abs() <= 1).all())
 
 
+def test_the_summary_table_shows_how_the_export_was_chosen():
+    from async_rl_ros.local.cli import summary_rows
+
+    summary = {'task': 'push', 'mode': 'async', 'env_steps': 10, 'updates': 5,
+               'wall_time_s': 1.0, 'samples_per_s': 10.0, 'updates_per_s': 5.0,
+               'final_evaluation': 'skipped: test', 'checkpoint': 'c.pt',
+               'policy': '/run/policy.pt', 'learning_curve': '/run/curve.png',
+               'export_candidates': [
+                   {'version': 7, 'env_steps': 5, 'evaluator_success_rate': 0.5,
+                    'selection_success_rate': 0.28},
+                   {'version': 9, 'env_steps': 10, 'evaluator_success_rate': 0.4,
+                    'selection_success_rate': 0.47}]}
+    rows = dict(summary_rows(summary, None, 'finished'))
+    assert rows['export chosen on fresh episodes'] == 'v7 28 %, v9 47 %'
+
+
 def test_resume_continues_from_the_checkpoint(tmp_path):
     first = run_cli(tmp_path, '--steps', '300', '--mode', 'single')
     assert first.wait(timeout=600) == 0

@@ -125,6 +125,10 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
         rows.append(('exported policy', f"version {s['exported_policy_version']} (evaluated "
                      f"{100 * s['exported_policy_success_rate']:.0f} % at "
                      f"{s['exported_policy_env_steps']} env steps)"))
+    if s.get('export_candidates'):
+        rows.append(('export chosen on fresh episodes', ', '.join(
+            f"v{c['version']} {100 * c['selection_success_rate']:.0f} %"
+            for c in s['export_candidates'])))
     if 'final_evaluation' in s:  # skipped after a stop signal
         rows.append(('held-out evaluation', s['final_evaluation']))
     else:

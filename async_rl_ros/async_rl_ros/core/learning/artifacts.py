@@ -32,13 +32,14 @@ from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.learning.learner import Learner
-from async_rl_ros.core.learning.loop import TrainingLoop
+from async_rl_ros.core.learning.loop import Evaluation, TrainingLoop
 from async_rl_ros.core.learning.metrics import plot_learning_curve
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import torch
 
-__all__ = ['RunResult', 'export_policy', 'write_json', 'finish_run', 'evaluation_summary']
+__all__ = ['RunResult', 'export_policy', 'write_json', 'finish_run', 'select_export',
+           'evaluation_summary']
 
 
 @dataclasses.dataclass
@@ -101,22 +102,26 @@ def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:
 
 
 def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
-               evaluate: Callable[[PolicyState, bool], EpisodeStats] | None = None,
+               evaluate: Callable[[PolicyState, str], EpisodeStats] | None = None,
                extra: Mapping[str, Any] | None = None,
                rank: RankMetric = FINAL_DISTANCE, skip_evaluation: str = '') -> RunResult:
     """
     Write the final checkpoint, ``policy.pt``, the learning curve and ``summary.json``.
 
-    The exported policy is the best one the evaluator scored, the current policy included
-    (scored here on the evaluator's episodes), so a late collapse does not overwrite a good
-    policy. That choice favours a policy that was lucky on those episodes, so the exported
-    policy is then evaluated on held-out episodes: the ``eval_*`` figures of the summary.
+    The current policy is scored on the evaluator's episodes like every snapshot was, so a late
+    collapse does not overwrite a good policy. The best of many scores is partly luck, so the
+    ``learner.export_candidates`` best-scored snapshots and the last policy are scored again
+    on episodes of their own (``'selection'``) and the best of them is exported
+    (:func:`select_export`). The exported policy is then judged on held-out episodes, which
+    chose nothing: the ``eval_*`` figures of the summary.
 
     :param loop: the loop that trained (its learner, counters and evaluations).
     :param log_dir: where the files go.
     :param title: title of the learning curve.
-    :param evaluate: ``evaluate(state, held_out)`` runs deterministic episodes, on the
-        evaluator's seeds or on held-out ones; ``None``: no final evaluation (ROS learner).
+    :param evaluate: ``evaluate(state, split)`` runs deterministic episodes of ``split``:
+        ``'evaluator'``, ``'selection'`` or ``'held_out'`` (see
+        :func:`~async_rl_ros.core.workers.inline.final_evaluation`); ``None``: no final
+        evaluation (ROS learner without an env).
     :param extra: more summary entries (transport figures, the mode, interruptions ...).
     :param rank: the task's rank metric, the learning curve's third panel.
     :param skip_evaluation: why the final evaluation is skipped (a stop signal: the process
@@ -130,10 +135,12 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     current = learner.policy_state(evaluated=True)
     last = None
     if evaluate is not None and current is not None:
-        last = evaluate(current, False)
+        last = evaluate(current, 'evaluator')
         loop.record_evaluation(current, last)
-    best = loop.best_evaluation
-    held_out = evaluate(best.state, True) if evaluate is not None and best else None
+    best, candidates = loop.best_evaluation, []
+    if evaluate is not None:
+        best, candidates = select_export(loop, evaluate, learner.cfg.export_candidates)
+    held_out = evaluate(best.state, 'held_out') if evaluate is not None and best else None
     policy = export_policy(learner, best.state if best else None, log_dir / 'policy.pt')
     curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
                                 title=title, rank=rank)
@@ -148,6 +155,8 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
         summary.update({'exported_policy_version': best.state.version,
                         'exported_policy_success_rate': best.stats.success_rate,
                         'exported_policy_env_steps': best.env_steps})
+    if candidates:
+        summary['export_candidates'] = candidates
     summary.update(extra or {})
     summary.update({'checkpoint': checkpoint, 'policy': str(policy),
                     'learning_curve': str(curve)})
@@ -155,3 +164,37 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     loop.logger.close()
     return RunResult(summary=summary, checkpoint=checkpoint, policy=policy, curve=curve,
                      summary_path=path, log_dir=log_dir, evaluation=held_out)
+
+
+def select_export(loop: TrainingLoop, evaluate: Callable[[PolicyState, str], EpisodeStats],
+                  count: int) -> tuple[Evaluation | None, list[dict[str, Any]]]:
+    """
+    Choose the policy to export: the best of the top-scored snapshots on fresh episodes.
+
+    The evaluator's best score is the maximum of many noisy ones (20 episodes each, every
+    ``eval_every`` env steps), and that maximum overrates its snapshot: the winner's curse.
+    The ``count`` best-scored snapshots and the last policy are scored again on the
+    ``'selection'`` episodes; the highest success rate wins, ties go to the task's rank
+    metric, then to the evaluator's order. ``count`` 1 keeps the evaluator's best.
+
+    :returns: the chosen evaluation (its evaluator score kept) and, when more than one
+        candidate ran, one row per candidate for the summary.
+    """
+    if count < 2:
+        return loop.best_evaluation, []
+    ranked = loop.top_evaluations(count)
+    if loop.evaluations and all(c is not loop.evaluations[-1] for c in ranked):
+        ranked.append(loop.evaluations[-1])  # the last policy, whatever it scored
+    if len(ranked) < 2:
+        return (ranked[0] if ranked else None), []
+    rows, chosen, chosen_key = [], None, None
+    for scored in ranked:
+        stats = evaluate(scored.state, 'selection')
+        rows.append({'version': scored.state.version, 'env_steps': scored.env_steps,
+                     'evaluator_success_rate': scored.stats.success_rate,
+                     'selection_success_rate': stats.success_rate,
+                     'selection_final_' + stats.rank.key: (
+                         stats.mean_final if math.isfinite(stats.mean_final) else None)})
+        if chosen_key is None or stats.ranking() > chosen_key:
+            chosen, chosen_key = scored, stats.ranking()
+    return chosen, rows

@@ -290,6 +290,17 @@ class TrainingLoop:
         if scored.better_than(self.best_evaluation):
             self.best_evaluation = scored
 
+    def top_evaluations(self, count: int) -> list[Evaluation]:
+        """Return the ``count`` best-scored snapshots, best first (one per policy version)."""
+        ranked: dict[int, Evaluation] = {}
+        for scored in self.evaluations:
+            kept = ranked.get(scored.state.version)
+            if scored.better_than(kept):
+                ranked[scored.state.version] = scored
+        order = sorted(enumerate(ranked.values()),
+                       key=lambda item: (item[1].stats.ranking(), item[0]), reverse=True)
+        return [scored for _, scored in order[:count]]
+
     # ------------------------------------------------------------------ metrics
     def lag_percentiles(self) -> dict[str, float]:
         """Return the policy lag of the last transitions received (versions behind)."""

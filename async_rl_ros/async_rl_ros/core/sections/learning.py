@@ -372,6 +372,13 @@ class LearnerConfig(Section):
                                       'by) that judge the exported policy when a run ends; '
                                       'its summary reports their success rate.', low=1,
                                       high=100_000, read_only=True)
+    export_candidates: int = option(3, 'Best-scored snapshots re-scored with the last policy '
+                                    'when a run ends, on final_eval_episodes episodes of their '
+                                    'own; the best of them is exported. The best of many '
+                                    'evaluator scores is partly luck (push, seed 2: the '
+                                    "evaluator's best scored 28 of 100 held out, the last "
+                                    "policy 47). 1: export the evaluator's best as it is.",
+                                    low=1, high=100, read_only=True)
     log_dir: str = option('runs/async_rl', 'Root of the run folders: each run writes its '
                           'TensorBoard logs, learning curve, checkpoints, exported policy and '
                           'summary into <log_dir>/<start time>/, and <log_dir>/latest links to '

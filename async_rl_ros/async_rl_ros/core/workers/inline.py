@@ -39,13 +39,16 @@ from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 from async_rl_ros.core.weights.receiver import Expectation, InProcessWeightPath, weights_summary
 from async_rl_ros.core.workers.env_worker import EnvWorker, WorkerPolicy
 
-__all__ = ['InlineWorker', 'PolicyEvaluator', 'final_evaluation', 'EVAL_SEED', 'HELD_OUT_SEED']
+__all__ = ['InlineWorker', 'PolicyEvaluator', 'final_evaluation', 'EVAL_SEED', 'HELD_OUT_SEED',
+           'SELECTION_SEED']
 
 #: first reset seed of every evaluation: each snapshot is scored on the same episodes
 EVAL_SEED = 1_000_000
 #: first reset seed of the exported policy's final evaluation, on episodes no snapshot was
 #: chosen by
 HELD_OUT_SEED = 2_000_000
+#: first reset seed of the episodes that choose the exported policy among the best snapshots
+SELECTION_SEED = 3_000_000
 
 
 class InlineWorker:
@@ -138,23 +141,29 @@ class PolicyEvaluator:
 
 
 def final_evaluation(env: Any, cfg: LearnerConfig, rank: RankMetric = FINAL_DISTANCE
-                     ) -> Callable[[PolicyState, bool], EpisodeStats]:
+                     ) -> Callable[[PolicyState, str], EpisodeStats]:
     """
-    Return the final evaluation ``evaluate(state, held_out)`` that ``finish_run`` takes.
+    Return the final evaluation ``evaluate(state, split)`` that ``finish_run`` takes.
 
-    ``held_out=False`` scores like the evaluator did during the run (``cfg.eval_episodes``
-    episodes from :data:`EVAL_SEED`), so that the last policy competes with the scored
-    snapshots on equal terms; ``True`` runs ``cfg.final_eval_episodes`` episodes no snapshot
-    was chosen by (from :data:`HELD_OUT_SEED`). Every runner ends this way.
+    Each split has episodes of its own. ``'evaluator'`` scores like the evaluator did during
+    the run (``cfg.eval_episodes`` episodes from :data:`EVAL_SEED`), so that the last policy
+    competes with the scored snapshots on equal terms; ``'selection'`` runs
+    ``cfg.final_eval_episodes`` episodes from :data:`SELECTION_SEED`, which choose the exported
+    policy among the best snapshots; ``'held_out'`` runs as many from :data:`HELD_OUT_SEED`,
+    which judge it and chose nothing. Every runner ends this way.
 
     :param env: the evaluation environment (a simulated arm).
     :param cfg: the ``learner`` section.
     :param rank: the task's rank metric.
     """
     hidden = cfg.sac.hidden_sizes
-    evaluator = PolicyEvaluator(env, hidden, cfg.eval_episodes, seed=EVAL_SEED, rank=rank)
-    judge = PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=HELD_OUT_SEED, rank=rank)
+    evaluators = {
+        'evaluator': PolicyEvaluator(env, hidden, cfg.eval_episodes, seed=EVAL_SEED, rank=rank),
+        'selection': PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=SELECTION_SEED,
+                                     rank=rank),
+        'held_out': PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=HELD_OUT_SEED,
+                                    rank=rank)}
 
-    def evaluate(state: PolicyState, held_out: bool) -> EpisodeStats:
-        return (judge if held_out else evaluator).score(state)
+    def evaluate(state: PolicyState, split: str) -> EpisodeStats:
+        return evaluators[split].score(state)
     return evaluate
