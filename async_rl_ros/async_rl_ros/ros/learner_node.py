@@ -297,8 +297,9 @@ class LearnerNode(Node):
         """
         Write the checkpoint, the TorchScript policy, the curve and ``summary.json``.
 
-        :param evaluate: score the last policy and judge the exported one on held-out
-            episodes (at the budget's end; a shutdown exports the best evaluated one at once).
+        :param evaluate: score the last policy, choose the export on selection episodes and
+            judge it on held-out ones (at the budget's end; a shutdown exports the best
+            evaluated one at once).
         """
         with self._lock:
             workers = len(self.workers)
