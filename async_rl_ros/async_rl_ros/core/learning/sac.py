@@ -50,9 +50,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import warnings
 
 from async_rl_ros.core.config import ConfigError, SACConfig
+from async_rl_ros.core.learning import sac_state
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
-from async_rl_ros.core.learning.policy_reg import (legacy_state, POLICY_REG_BASE,
-                                                   PolicyRegularization)
+from async_rl_ros.core.learning.policy_reg import POLICY_REG_BASE, PolicyRegularization
 from async_rl_ros.core.learning.step_guard import all_finite, finite_guard, FiniteGuard, Guard
 from async_rl_ros.core.learning.update_graph import UpdateGraphs
 import torch
@@ -503,68 +503,12 @@ class SAC:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """
-        Return everything needed to resume training.
-
-        :returns: networks, targets, optimizers, temperature, regularization and counters.
-        """
-        return {
-            'dims': self._dims(),
-            'actor': self.actor.state_dict(),
-            'critic': self.critic.state_dict(),
-            'critic_target': self.critic_target.state_dict(),
-            'actor_average': (None if self.actor_average is None
-                              else self.actor_average.state_dict()),
-            'log_alpha': self.log_alpha.detach().clone(),
-            'actor_optimizer': self.actor_optimizer.state_dict(),
-            'critic_optimizer': self.critic_optimizer.state_dict(),
-            'alpha_optimizer': self.alpha_optimizer.state_dict(),
-            'policy_reg': self.policy_reg.state_dict(),
-            'counters': {'num_updates': self.num_updates,
-                         'num_actor_updates': self.num_actor_updates,
-                         'num_skipped': self.num_skipped},
-        }
-
-    def _dims(self) -> dict[str, Any]:
-        return {'obs_dim': self.obs_dim, 'act_dim': self.act_dim,
-                'hidden': list(self.cfg.hidden), 'critic_layer_norm': self.cfg.critic_layer_norm}
+        """Return everything needed to resume training (see :mod:`.sac_state`)."""
+        return sac_state.save(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """
-        Restore a :meth:`state_dict` (tensors are moved to :attr:`device`).
-
-        :param state: a dict made by :meth:`state_dict` of a SAC with the same dimensions.
-        """
-        dims = self._dims()
-        # Checkpoints from before the critic options were critics without layer norm.
-        if {'critic_layer_norm': False, **dict(state['dims'])} != dims:
-            raise ValueError(f'checkpoint dimensions {state["dims"]} differ from {dims}')
-        self.actor.load_state_dict(state['actor'])
-        self.critic.load_state_dict(state['critic'])
-        self.critic_target.load_state_dict(state['critic_target'])
-        if self.actor_average is not None:
-            # A checkpoint from a run without averaging starts the average at its actor.
-            average = state.get('actor_average')
-            self.actor_average.load_state_dict(average if average is not None
-                                               else state['actor'])
-        with torch.no_grad():
-            self.log_alpha.copy_(state['log_alpha'])
-        for name in ('actor_optimizer', 'critic_optimizer', 'alpha_optimizer'):
-            optimizer = getattr(self, name)
-            kernel = {k: optimizer.defaults[k] for k in ('fused', 'foreach', 'capturable')}
-            # PyTorch keeps the given moment tensors when they are on the right device: a copy,
-            # so this SAC never shares them with the dict or with another SAC loaded from it.
-            optimizer.load_state_dict(copy.deepcopy(state[name]))
-            # A saved group carries its kernel choice: keep the one :func:`_adam` made (an
-            # older checkpoint would turn the fused kernel off; a CPU one, capture off).
-            for group in optimizer.param_groups:
-                group.update(kernel)
-        self.policy_reg.load_state_dict(state['policy_reg'] if 'policy_reg' in state
-                                        else legacy_state(state, self.policy_reg.configured))
-        counters = state['counters']
-        self.num_updates = int(counters['num_updates'])
-        self.num_actor_updates = int(counters['num_actor_updates'])
-        self.num_skipped = int(counters['num_skipped'])
+        """Restore a :meth:`state_dict`, older checkpoints included (see :mod:`.sac_state`)."""
+        sac_state.load(self, state)
 
 
 @contextlib.contextmanager
