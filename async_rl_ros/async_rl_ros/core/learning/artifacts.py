@@ -133,13 +133,14 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     if skip_evaluation:
         evaluate = None
     current = learner.policy_state(evaluated=True)
-    last = None
+    last = scored_last = None
     if evaluate is not None and current is not None:
         last = evaluate(current, 'evaluator')
-        loop.record_evaluation(current, last)
+        scored_last = loop.record_evaluation(current, last)
     best, candidates = loop.best_evaluation, []
     if evaluate is not None:
-        best, candidates = select_export(loop, evaluate, learner.cfg.export_candidates)
+        best, candidates = select_export(loop, evaluate, learner.cfg.export_candidates,
+                                         scored_last)
     held_out = evaluate(best.state, 'held_out') if evaluate is not None and best else None
     policy = export_policy(learner, best.state if best else None, log_dir / 'policy.pt')
     curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
@@ -167,7 +168,8 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
 
 
 def select_export(loop: TrainingLoop, evaluate: Callable[[PolicyState, str], EpisodeStats],
-                  count: int) -> tuple[Evaluation | None, list[dict[str, Any]]]:
+                  count: int, last: Evaluation | None = None
+                  ) -> tuple[Evaluation | None, list[dict[str, Any]]]:
     """
     Choose the policy to export: the best of the top-scored snapshots on fresh episodes.
 
@@ -177,14 +179,15 @@ def select_export(loop: TrainingLoop, evaluate: Callable[[PolicyState, str], Epi
     ``'selection'`` episodes; the highest success rate wins, ties go to the task's rank
     metric, then to the evaluator's order. ``count`` 1 keeps the evaluator's best.
 
+    :param last: the last policy's evaluation, a candidate whatever it scored.
     :returns: the chosen evaluation (its evaluator score kept) and, when more than one
         candidate ran, one row per candidate for the summary.
     """
     if count < 2:
         return loop.best_evaluation, []
     ranked = loop.top_evaluations(count)
-    if loop.evaluations and all(c is not loop.evaluations[-1] for c in ranked):
-        ranked.append(loop.evaluations[-1])  # the last policy, whatever it scored
+    if last is not None and all(s.state.version != last.state.version for s in ranked):
+        ranked.append(last)
     if len(ranked) < 2:
         return (ranked[0] if ranked else None), []
     rows, chosen, chosen_key = [], None, None
@@ -195,6 +198,7 @@ def select_export(loop: TrainingLoop, evaluate: Callable[[PolicyState, str], Epi
                      'selection_success_rate': stats.success_rate,
                      'selection_final_' + stats.rank.key: (
                          stats.mean_final if math.isfinite(stats.mean_final) else None)})
-        if chosen_key is None or stats.ranking() > chosen_key:
-            chosen, chosen_key = scored, stats.ranking()
+        key = stats.ranking()
+        if chosen_key is None or key > chosen_key:
+            chosen, chosen_key = scored, key
     return chosen, rows

@@ -149,7 +149,6 @@ class TrainingLoop:
         self.on_report = on_report
         self.evaluator = evaluator
         self.evaluations: list[Evaluation] = []
-        self.best_evaluation: Evaluation | None = None
         self._submitted: dict[int, tuple[PolicyState, int]] = {}
         self._next_eval = learner.env_steps + (self.cfg.eval_every or 0)
         self.update_metrics: dict[str, float] = {}
@@ -275,8 +274,8 @@ class TrainingLoop:
                 self.record_evaluation(state, stats, steps)
 
     def record_evaluation(self, state: PolicyState | None, stats: EpisodeStats,
-                          env_steps: int | None = None) -> None:
-        """Log a scored snapshot (``eval/*``) and keep it if it is the best so far."""
+                          env_steps: int | None = None) -> Evaluation | None:
+        """Log a scored snapshot (``eval/*``), keep it and return it (``None``: no state)."""
         steps = self.learner.env_steps if env_steps is None else env_steps
         self.logger.log({'eval/success_rate': stats.success_rate,
                          f'eval/final_{stats.rank.key}': stats.mean_final,
@@ -284,11 +283,16 @@ class TrainingLoop:
                          if stats.returns else math.nan,
                          'eval/policy_version': float(state.version if state else -1)}, steps)
         if state is None:
-            return
+            return None
         scored = Evaluation(state, stats, steps)
         self.evaluations.append(scored)
-        if scored.better_than(self.best_evaluation):
-            self.best_evaluation = scored
+        return scored
+
+    @property
+    def best_evaluation(self) -> Evaluation | None:
+        """Return the best-scored snapshot (ties: the newer), ``None`` before any."""
+        best = self.top_evaluations(1)
+        return best[0] if best else None
 
     def top_evaluations(self, count: int) -> list[Evaluation]:
         """Return the ``count`` best-scored snapshots, best first (one per policy version)."""
