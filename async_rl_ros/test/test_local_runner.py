@@ -26,7 +26,6 @@ from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig
 from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger
-from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.envs.reach_env import make_reach_env
 from async_rl_ros.local.runner import LocalTransport
 from async_rl_ros.local.train import LocalRun
@@ -328,17 +327,24 @@ def test_a_resumed_run_continues_without_its_replay_buffer(tmp_path, mode):
     env_cfg, learner_cfg, runner_cfg = configs(tmp_path, mode, 600)
     first = train_to_the_end(env_cfg, learner_cfg, runner_cfg)
     first.learner.save_checkpoint()
-    updates = first.learner.updates
-    assert updates > 0 and not learner_cfg.checkpoint.save_replay_buffer
-    second = local_run(env_cfg, learner_cfg.replace(total_env_steps=1400), runner_cfg)
-    assert resume_learner(second.learner).path is not None
+    updates, version = first.learner.updates, first.learner.policy_version
+    assert updates > 0 and version > 1 and not learner_cfg.checkpoint.save_replay_buffer
+    second = LocalRun(env_cfg, learner_cfg.replace(total_env_steps=1400), runner_cfg,
+                      logger=MetricsLogger(), evaluate=False, resume=True)
+    assert second.resumed is not None and second.resumed.path is not None
     assert second.learner.env_steps >= 600 and len(second.learner.replay) == 0
+    published = []
+    publish = second.loop.sink.publish
+    second.loop.sink.publish = lambda state: published.append(publish(state)) or published[-1]
     try:
         second.run()
     finally:
         second.close()
     assert second.learner.env_steps >= 1400
     assert second.learner.updates > updates  # it trained again after the refill
+    # The versions go on from the checkpoint's: the workers, the evaluator's record and the
+    # exported policy never see one number for two policies of a run.
+    assert [v for v in published if v is not None][0] == version + 1
 
 
 def test_the_loop_checks_the_policies_workers_act_with(tmp_path):

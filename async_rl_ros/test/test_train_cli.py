@@ -139,19 +139,23 @@ def test_the_summary_table_shows_how_the_export_was_chosen():
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
-    first = run_cli(tmp_path, '--steps', '300', '--mode', 'single')
+    evaluated = ('--set', 'learner.eval_every=100', '--set', 'learner.eval_episodes=2')
+    first = run_cli(tmp_path, '--steps', '300', '--mode', 'single', *evaluated)
     assert first.wait(timeout=600) == 0
     second = run_cli(tmp_path, '--steps', '500', '--resume', '--mode', 'single',
-                     '--episodes', '3')
+                     '--episodes', '3', *evaluated)
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
     assert re.search(r'^held-out episodes\s+3$', out, re.MULTILINE), out  # --episodes wins
     assert 'resumed from' in err and 'at 300 env steps' in err
+    # The snapshots scored before the resume stay export candidates (the three best).
+    assert re.search(r'^3 snapshots evaluated before the checkpoint stay export candidates '
+                     r'\(best: \d+ % at [123]00 env steps\)$', err, re.MULTILINE), err
     assert re.search(r'^env steps, updates\s+500, ', out, re.MULTILINE), out
     # A truncated newest checkpoint: named as skipped, the older one is loaded.
     older, newest = sorted((tmp_path / 'run' / 'ckpt').glob('ckpt_*.pt'))[-2:]
     newest.write_bytes(newest.read_bytes()[:2000])
-    third = run_cli(tmp_path, '--steps', '600', '--resume', '--mode', 'single')
+    third = run_cli(tmp_path, '--steps', '600', '--resume', '--mode', 'single', *evaluated)
     out, err = third.communicate(timeout=600)
     assert third.returncode == 0, err
     assert f'checkpoint {newest} skipped: truncated' in err

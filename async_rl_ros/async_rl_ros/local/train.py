@@ -39,7 +39,7 @@ from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
-from async_rl_ros.core.learning.resume import resume_learner
+from async_rl_ros.core.learning.resume import resume_learner, Resumed
 from async_rl_ros.core.learning.run_folder import open_run, RunFolder
 from async_rl_ros.core.workers.inline import final_evaluation, InlineWorker, PolicyEvaluator
 from async_rl_ros.envs.factory import build_worker, evaluation_env
@@ -64,14 +64,14 @@ class TrainResult:
         return self.run.summary
 
 
-def _resume(run: LocalRun, folder: RunFolder, resume: bool) -> None:
-    learner = run.learner
-    if resume:  # raises CheckpointError (one line, exit 2 in the CLI) when nothing fits
-        found = resume_learner(learner)
+def _resume(run: LocalRun, folder: RunFolder) -> None:
+    learner, found = run.learner, run.resumed
+    if found is not None:
         for path, why in found.skipped:
             say(f'checkpoint {path} skipped: {why}')
         say(f'resumed from {found.path} at {learner.env_steps} env steps (run folder '
             f'{folder.path})')
+        say(run.record_note)
     else:
         say(f'run folder: {folder.path}')
     # The curve of a resumed run covers its earlier part too (up to the checkpoint).
@@ -91,11 +91,15 @@ class LocalRun:
         process), ``async`` or ``sync`` (worker processes).
     :param logger: metric sink (default: TensorBoard under ``learner.log_dir``).
     :param evaluate: score snapshots every ``learner.eval_every`` env steps.
+    :param resume: restore the learner from the newest usable checkpoint of
+        ``learner.checkpoint.directory`` (and the evaluator's record of it) before any state
+        is handed out, so the policy versions go on from the checkpoint's.
+    :raises CheckpointError: ``resume`` and no checkpoint fits (one line).
     """
 
     def __init__(self, env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
                  runner_cfg: LocalRunnerConfig, *, logger: MetricsLogger | None = None,
-                 evaluate: bool = True):
+                 evaluate: bool = True, resume: bool = False):
         from async_rl_ros.local.evaluator import EvaluatorProcess
         from async_rl_ros.local.runner import LocalTransport
 
@@ -106,6 +110,14 @@ class LocalRun:
         self.eval_env, self.spec = evaluation_env(env_cfg)
         spec = self.spec
         self.learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
+        #: what ``resume`` loaded (``None``: a fresh run)
+        self.resumed: Resumed | None = None
+        if resume:
+            try:
+                self.resumed = resume_learner(self.learner)
+            except BaseException:
+                self.eval_env.close()
+                raise
         self.transport: Any = None
         self._envs: list[Any] = [self.eval_env]
         self._stoppers: list[Callable[[], None]] = []
@@ -138,6 +150,9 @@ class LocalRun:
             logger=logger if logger is not None else MetricsLogger(
                 Path(cfg.log_dir) / 'tensorboard'),
             stats_interval_s=runner_cfg.stats_interval_s, evaluator=evaluator)
+        #: what became of the resumed checkpoint's evaluated snapshots, in words
+        self.record_note = (self.loop.restore_evaluations(self.resumed.state)
+                            if self.resumed is not None else '')
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Train until the budget or ``should_stop()``; then stop every process."""
@@ -202,10 +217,11 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
 def _train_in(folder: RunFolder, env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
               runner_cfg: LocalRunnerConfig, resume: bool, progress: bool,
               stop: StopRequest | None) -> TrainResult:
-    run = LocalRun(env_cfg, cfg, runner_cfg)
+    # --resume raises CheckpointError (one line, exit 2 in the CLI) when nothing fits.
+    run = LocalRun(env_cfg, cfg, runner_cfg, resume=resume)
     try:
         learner, loop = run.learner, run.loop
-        _resume(run, folder, resume)
+        _resume(run, folder)
         bar = Progress(total=cfg.total_env_steps, initial=learner.env_steps, desc=run.mode,
                        unit='step', enabled=progress, interval_s=runner_cfg.stats_interval_s)
 

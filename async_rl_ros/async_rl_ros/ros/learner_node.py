@@ -126,6 +126,7 @@ class LearnerNode(Node):
         self.cfg.log_dir = run_cfg.log_dir
         self.cfg.checkpoint.directory = run_cfg.checkpoint.directory
         self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal)
+        found = None
         if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
             found = resume_learner(self.learner)
             for path, why in found.skipped:
@@ -183,6 +184,8 @@ class LearnerNode(Node):
                                  commit_every=self.transport.parameter_server.commit_every,
                                  logger=self.tb, stats_interval_s=1.0 / self.transport.metrics_hz,
                                  evaluator=self.evaluator)
+        if found is not None:  # the best snapshots scored before the checkpoint
+            self.get_logger().info(self.loop.restore_evaluations(found.state))
         self._thread = threading.Thread(target=self._train, name='training', daemon=True)
         self._thread.start()
         self.get_logger().info(

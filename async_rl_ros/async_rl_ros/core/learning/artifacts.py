@@ -30,9 +30,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from async_rl_ros.core.learning.evaluation import EpisodeStats
+from async_rl_ros.core.learning.evaluation import EpisodeStats, Evaluation
 from async_rl_ros.core.learning.learner import Learner
-from async_rl_ros.core.learning.loop import Evaluation, TrainingLoop
+from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import plot_learning_curve
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
@@ -129,7 +129,7 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
         summary as ``final_evaluation``; the best policy scored during the run is exported.
     """
     learner = loop.learner
-    checkpoint = learner.save_checkpoint()
+    checkpoint = loop.save_checkpoint()
     if skip_evaluation:
         evaluate = None
     current = learner.policy_state(evaluated=True)

@@ -22,10 +22,11 @@ import math
 import time
 from typing import Any, Callable
 
+from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import numpy as np
 
-__all__ = ['EpisodeStats', 'run_episodes']
+__all__ = ['EpisodeStats', 'Evaluation', 'run_episodes']
 
 
 @dataclasses.dataclass
@@ -84,6 +85,21 @@ class EpisodeStats:
             steps_per_s = self.steps / self.seconds if self.seconds > 0 else float('nan')
             rows.append(('env steps/s', f'{steps_per_s:.0f}'))
         return rows + [('safety interventions', reasons)]
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """A scored snapshot: the state, its statistics and the env steps when it was taken."""
+
+    state: PolicyState
+    stats: EpisodeStats
+    env_steps: int
+
+    def better_than(self, other: 'Evaluation | None') -> bool:
+        """Higher success rate wins; ties go to the task's rank metric, then the newer."""
+        if other is None:
+            return True
+        return self.stats.ranking() >= other.stats.ranking()
 
 
 def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes: int,

@@ -45,9 +45,11 @@ import collections
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
-from async_rl_ros.core.learning.evaluation import EpisodeStats
+from async_rl_ros.core.learning.eval_record import (EVALUATIONS_KEY, pack_evaluations,
+                                                    RecordError, unpack_evaluations)
+from async_rl_ros.core.learning.evaluation import EpisodeStats, Evaluation
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.core.records import PolicyState, TransitionBatch
@@ -106,21 +108,6 @@ class Evaluator(Protocol):
 
     def poll(self) -> list[tuple[int, EpisodeStats]]:
         """Return ``(version, statistics)`` of the evaluations finished since the last call."""
-
-
-@dataclasses.dataclass
-class Evaluation:
-    """A scored snapshot: the state, its statistics and the env steps when it was taken."""
-
-    state: PolicyState
-    stats: EpisodeStats
-    env_steps: int
-
-    def better_than(self, other: 'Evaluation | None') -> bool:
-        """Higher success rate wins; ties go to the task's rank metric, then the newer."""
-        if other is None:
-            return True
-        return self.stats.ranking() >= other.stats.ranking()
 
 
 class TrainingLoop:
@@ -235,8 +222,50 @@ class TrainingLoop:
             self.commit()
         interval = self.cfg.checkpoint.interval_steps
         if interval and self.learner.updates - self._saved_at >= interval:
-            self.learner.save_checkpoint()
+            self.save_checkpoint()
             self._saved_at = self.learner.updates
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> str:
+        """
+        Write a learner checkpoint that also holds the evaluator's record; return its path.
+
+        The record is the ``learner.export_candidates`` best-scored snapshots (see
+        :mod:`~async_rl_ros.core.learning.eval_record`), so a resumed run still exports the
+        best policy of its whole length.
+        """
+        kept = {id(scored) for scored in self.top_evaluations(self.cfg.export_candidates)}
+        record = pack_evaluations([s for s in self.evaluations if id(s) in kept])
+        return self.learner.save_checkpoint({EVALUATIONS_KEY: record})
+
+    def restore_evaluations(self, checkpoint: Mapping[str, Any]) -> str:
+        """
+        Take back the evaluator's record of the checkpoint the learner was resumed from.
+
+        Call it once, after the resume and before training goes on. A record that does not fit
+        the learner is dropped whole; the learner's own state was restored either way.
+
+        :param checkpoint: the loaded checkpoint (``Resumed.state``).
+        :returns: what happened, in one line for the user.
+        """
+        if EVALUATIONS_KEY not in checkpoint:
+            return ('no evaluated snapshots in the checkpoint (written before they were kept): '
+                    'the export is chosen among those scored from now on')
+        learner = self.learner
+        try:
+            restored = unpack_evaluations(checkpoint[EVALUATIONS_KEY],
+                                          learner.sac.evaluated_actor.state_dict(),
+                                          learner.obs_dim, learner.env_steps)
+        except RecordError as exc:
+            return (f'evaluated snapshots of the checkpoint dropped ({exc}): the export is '
+                    'chosen among those scored from now on')
+        self.evaluations[:0] = restored
+        if not restored:
+            return 'no snapshot had been evaluated before the checkpoint'
+        best = self.top_evaluations(1)[0]
+        return (f'{len(restored)} snapshots evaluated before the checkpoint stay export '
+                f'candidates (best: {100 * best.stats.success_rate:.0f} % at {best.env_steps} '
+                'env steps)')
 
     # ------------------------------------------------------------------ weights out
     def maybe_publish(self) -> None:
