@@ -53,7 +53,9 @@ from async_rl_ros.core.config import ConfigError, SACConfig
 from async_rl_ros.core.learning import sac_state
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
 from async_rl_ros.core.learning.policy_reg import POLICY_REG_BASE, PolicyRegularization
-from async_rl_ros.core.learning.step_guard import all_finite, finite_guard, FiniteGuard, Guard
+from async_rl_ros.core.learning.sac_knobs import SACKnobs
+from async_rl_ros.core.learning.step_guard import (all_finite, finite_guard, FiniteGuard,
+                                                   fused_adam, Guard, guarded_step)
 from async_rl_ros.core.learning.update_graph import UpdateGraphs
 import torch
 from torch import nn
@@ -88,16 +90,6 @@ def _scalars(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.float().reshape(()) for t in tensors])
 
 
-def _adam(parameters: Sequence[torch.Tensor], lr: float, capturable: bool) -> torch.optim.Adam:
-    """
-    Adam with the fused kernel (CPU and CUDA): one call per step instead of one per tensor.
-
-    :param capturable: keep the step counts on the device, so that a CUDA graph can record the
-        step.
-    """
-    return torch.optim.Adam(parameters, lr=lr, fused=True, capturable=capturable)
-
-
 @dataclasses.dataclass
 class _Body:
     """What one update computed: metric tensors, ``|TD|`` and what its steps did."""
@@ -111,7 +103,7 @@ class _Body:
     actor_keys: list[str] = dataclasses.field(default_factory=list)
 
 
-class SAC:
+class SAC(SACKnobs):
     """
     Actor, twin critics, target critics, temperature and their optimizers.
 
@@ -144,9 +136,9 @@ class SAC:
         self.compiled = (cfg.compile != 'off' and self.device.type == 'cuda'
                          and hasattr(torch, 'compile'))
         graphed = cfg.cuda_graph and self.device.type == 'cuda' and not self.compiled
-        self.actor_optimizer = _adam(list(self.actor.parameters()), cfg.actor_lr, graphed)
-        self.critic_optimizer = _adam(list(self.critic.parameters()), cfg.critic_lr, graphed)
-        self.alpha_optimizer = _adam([self.log_alpha], cfg.alpha_lr, graphed)
+        self.actor_optimizer = fused_adam(list(self.actor.parameters()), cfg.actor_lr, graphed)
+        self.critic_optimizer = fused_adam(list(self.critic.parameters()), cfg.critic_lr, graphed)
+        self.alpha_optimizer = fused_adam([self.log_alpha], cfg.alpha_lr, graphed)
         #: The pull towards a policy version the workers act with (:mod:`.policy_reg`).
         self.policy_reg = PolicyRegularization(obs_dim, act_dim, cfg.hidden, self.device,
                                                cfg.policy_reg_weight)
@@ -215,27 +207,6 @@ class SAC:
             self.compiled = False
             self._critic_fn, self._actor_fn = self._critic_losses, self._actor_losses
             return self._call(name, *args)
-
-    def _step(self, optimizers: Sequence[torch.optim.Optimizer], parameters: list[torch.Tensor],
-              clipped: list[torch.Tensor], losses: dict[str, torch.Tensor],
-              guard: Guard | None) -> tuple[bool, torch.Tensor]:
-        """
-        Apply one optimizer step unless the guard refuses it; return (applied, grad norm).
-
-        The gradient norm of ``clipped`` is measured once: the guard judges it (a non-finite
-        gradient makes it non-finite) and the clipping scales by it.
-        """
-        grads = [p.grad for p in clipped if p.grad is not None]
-        norm = nn.utils.get_total_norm(grads)
-        if guard is not None and not guard(losses, parameters, norm):
-            for optimizer in optimizers:
-                optimizer.zero_grad(set_to_none=True)
-            return False, norm
-        if self.cfg.grad_clip_norm > 0:
-            nn.utils.clip_grads_with_norm_(clipped, self.cfg.grad_clip_norm, norm)
-        for optimizer in optimizers:
-            optimizer.step()
-        return True, norm
 
     # ------------------------------------------------------------------ update
     def update(self, batch: Mapping[str, torch.Tensor], weights: torch.Tensor | None = None,
@@ -332,8 +303,9 @@ class SAC:
         qf_loss.backward()
         critic_params = list(self.critic.parameters())
         critic_losses = {'qf1_loss': qf1_loss, 'qf2_loss': qf2_loss}
-        critic_ok, critic_norm = self._step(
-            [self.critic_optimizer], critic_params, critic_params, critic_losses, guard)
+        critic_ok, critic_norm = guarded_step(
+            [self.critic_optimizer], critic_params, critic_params, critic_losses, guard,
+            self.cfg.grad_clip_norm)
         out = _Body({'losses/qf1_loss': qf1_loss.detach(), 'losses/qf2_loss': qf2_loss.detach(),
                      'losses/qf1_values': q1_mean, 'losses/grad_norm_critic': critic_norm},
                     td_abs, [*critic_losses.values(), critic_norm], critic_ok)
@@ -349,9 +321,10 @@ class SAC:
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 self.alpha_optimizer.zero_grad(set_to_none=True)
                 (total + alpha_loss).backward()
-                actor_ok, actor_norm = self._step(
+                actor_ok, actor_norm = guarded_step(
                     [self.actor_optimizer, self.alpha_optimizer], actor_params + [self.log_alpha],
-                    actor_params, {'actor_loss': total, 'alpha_loss': alpha_loss}, guard)
+                    actor_params, {'actor_loss': total, 'alpha_loss': alpha_loss}, guard,
+                    self.cfg.grad_clip_norm)
                 out.actor_ok.append(actor_ok)
                 out.checks += [total, alpha_loss, actor_norm]
                 out.actor_keys = ['losses/actor_loss', 'losses/alpha_loss', 'losses/entropy',
@@ -418,51 +391,6 @@ class SAC:
                        for group in optimizer.param_groups)
         return groups, tuple(vars(self.cfg).values()), self.target_entropy
 
-    # ------------------------------------------------------------------ knobs (training doctor)
-    def scale_learning_rate(self, factor: float) -> None:
-        """
-        Multiply the learning rate of every optimizer.
-
-        :param factor: strictly positive multiplier.
-        """
-        _check_factor(factor)
-        for optimizer in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
-            for group in optimizer.param_groups:
-                group['lr'] = group['lr'] * factor
-
-    def scale_temperature(self, factor: float) -> None:
-        """
-        Multiply the temperature alpha (``log_alpha += log(factor)``).
-
-        :param factor: strictly positive multiplier.
-        """
-        _check_factor(factor)
-        with torch.no_grad():
-            self.log_alpha.add_(math.log(factor))
-
-    def scale_policy_regularization(self, factor: float) -> float:
-        """
-        Multiply the scale of the policy regularization weight (see :mod:`.policy_reg`).
-
-        :param factor: non-negative multiplier (0 turns the term off).
-        :returns: the new weight.
-        """
-        return self.policy_reg.scale_by(factor)
-
-    def set_reference_policy(self, state: Mapping[str, torch.Tensor] | None) -> None:
-        """Set (or, with ``None``, remove) the policy the regularization pulls towards."""
-        self.policy_reg.set_reference(state)
-
-    @property
-    def policy_reg_weight(self) -> float:
-        """Return the weight of the policy regularization now."""
-        return self.policy_reg.weight
-
-    @property
-    def reference_active(self) -> bool:
-        """Tell whether the policy regularization term is computed."""
-        return self.policy_reg.active
-
     @property
     def alpha(self) -> float:
         """Return the current temperature alpha."""
@@ -524,8 +452,3 @@ def _frozen(module: nn.Module) -> Iterator[None]:
         yield
     finally:
         module.requires_grad_(True)
-
-
-def _check_factor(factor: float) -> None:
-    if not math.isfinite(factor) or factor <= 0:
-        raise ValueError(f'scale factor must be > 0 and finite, got {factor}')

@@ -15,11 +15,12 @@
 """
 The step guard: what decides whether one optimizer step of the SAC update is applied.
 
-:meth:`async_rl_ros.core.learning.sac.SAC.update` hands a guard each step's losses, the
-parameters the step would change and their gradient norm, after the backward pass and before
-the optimizer step; a guard that returns ``False`` skips the step. :class:`FiniteGuard`
-refuses exactly the non-finite steps; the training doctor's guard
-(:mod:`async_rl_ros.core.learning.learner`) is one, which also counts and restores.
+:meth:`async_rl_ros.core.learning.sac.SAC.update` takes each optimizer step through
+:func:`guarded_step`, which hands a guard the step's losses, the parameters the step would
+change and their gradient norm, after the backward pass and before the optimizer step; a guard
+that returns ``False`` skips the step. :class:`FiniteGuard` refuses exactly the non-finite
+steps; the training doctor's guard (:mod:`async_rl_ros.core.learning.learner`) is one, which
+also counts and restores.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 import torch
+from torch import nn
 
-__all__ = ['Guard', 'FiniteGuard', 'all_finite', 'finite_guard']
+__all__ = ['Guard', 'FiniteGuard', 'all_finite', 'finite_guard', 'fused_adam', 'guarded_step']
 
 #: ``guard(losses, parameters, grad_norm) -> apply the step?``
 Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor], bool]
@@ -69,3 +71,41 @@ class FiniteGuard:
 
 #: The default guard.
 finite_guard = FiniteGuard()
+
+
+def fused_adam(parameters: Sequence[torch.Tensor], lr: float,
+               capturable: bool) -> torch.optim.Adam:
+    """
+    Return Adam with the fused kernel (CPU and CUDA): one call per step, not one per tensor.
+
+    :param capturable: keep the step counts on the device, so that a CUDA graph can record the
+        step.
+    """
+    return torch.optim.Adam(parameters, lr=lr, fused=True, capturable=capturable)
+
+
+def guarded_step(optimizers: Sequence[torch.optim.Optimizer], parameters: list[torch.Tensor],
+                 clipped: list[torch.Tensor], losses: dict[str, torch.Tensor],
+                 guard: Guard | None, clip_norm: float) -> tuple[bool, torch.Tensor]:
+    """
+    Apply one optimizer step unless the guard refuses it; return (applied, gradient norm).
+
+    The gradient norm of ``clipped`` is measured once: the guard judges it (a non-finite
+    gradient makes it non-finite) and the clipping scales by it.
+
+    :param parameters: what the step changes (handed to the guard).
+    :param clipped: the parameters whose gradients are measured and clipped.
+    :param guard: ``None`` applies every step.
+    :param clip_norm: the largest total gradient norm of ``clipped`` (0: no clipping).
+    """
+    grads = [p.grad for p in clipped if p.grad is not None]
+    norm = nn.utils.get_total_norm(grads)
+    if guard is not None and not guard(losses, parameters, norm):
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        return False, norm
+    if clip_norm > 0:
+        nn.utils.clip_grads_with_norm_(clipped, clip_norm, norm)
+    for optimizer in optimizers:
+        optimizer.step()
+    return True, norm
