@@ -16,7 +16,8 @@
 
 import dataclasses
 
-from async_rl_ros.core.learning.learner import EpisodeTracker, Learner
+from async_rl_ros.core.learning.evaluation import EpisodeTracker
+from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
 from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.learning.single_process import train_single_process

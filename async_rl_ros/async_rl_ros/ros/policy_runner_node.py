@@ -32,7 +32,7 @@ import threading
 from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig
-from async_rl_ros.core.learning.learner import EpisodeTracker
+from async_rl_ros.core.learning.evaluation import EpisodeTracker
 from async_rl_ros.core.workers.inference import FittedPolicy
 from async_rl_ros.core.workers.runtime import backend_call
 from async_rl_ros.envs.factory import build_env, check_config

@@ -20,13 +20,13 @@ from collections import Counter
 import dataclasses
 import math
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import numpy as np
 
-__all__ = ['EpisodeStats', 'Evaluation', 'run_episodes']
+__all__ = ['EpisodeStats', 'EpisodeTracker', 'Evaluation', 'run_episodes']
 
 
 @dataclasses.dataclass
@@ -100,6 +100,48 @@ class Evaluation:
         if other is None:
             return True
         return self.stats.ranking() >= other.stats.ranking()
+
+
+class EpisodeTracker:
+    """
+    Turn a stream of steps into per-episode metrics (``charts/episodic_return`` ...).
+
+    :param window: episodes averaged for ``charts/success_rate``.
+    :param rank: the task's rank metric, reported as ``charts/final_<key>``.
+    """
+
+    def __init__(self, window: int = 50, rank: RankMetric = FINAL_DISTANCE):
+        self.window = window
+        self.rank = rank
+        self.returns: list[float] = []
+        self.successes: list[bool] = []
+        self.final_values: list[float] = []
+        self._return = 0.0
+        self._length = 0
+
+    def step(self, reward: float, done: bool, info: Mapping[str, Any],
+             emit: Callable[[dict[str, float]], None] | None = None) -> None:
+        """Account one step; on episode end, record it and pass its metrics to ``emit``."""
+        self._return += float(reward)
+        self._length += 1
+        if not done:
+            return
+        self.returns.append(self._return)
+        self.successes.append(bool(info.get('is_success', False)))
+        self.final_values.append(float(info.get(self.rank.key, math.nan)))
+        if emit is not None:
+            emit({'charts/episodic_return': self._return,
+                  'charts/episodic_length': float(self._length),
+                  'charts/success_rate': self.success_rate,
+                  'charts/episode_success': float(self.successes[-1]),
+                  f'charts/final_{self.rank.key}': self.final_values[-1]})
+        self._return, self._length = 0.0, 0
+
+    @property
+    def success_rate(self) -> float:
+        """Return the success rate of the last ``window`` episodes (0 before any)."""
+        recent = self.successes[-self.window:]
+        return sum(recent) / len(recent) if recent else 0.0
 
 
 def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes: int,

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 import dataclasses
-import math
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from async_rl_ros.core.config import LearnerConfig
 from async_rl_ros.core.learning.batch_sizer import BatchSizer, probe_for
@@ -51,11 +50,11 @@ from async_rl_ros.core.learning.replay import ReplayBuffer
 from async_rl_ros.core.learning.sac import SAC, UPDATE_METRICS
 from async_rl_ros.core.learning.step_guard import FiniteGuard
 from async_rl_ros.core.records import PolicyState
-from async_rl_ros.core.tasks import FINAL_DISTANCE, GoalSpec, RankMetric
+from async_rl_ros.core.tasks import GoalSpec
 import numpy as np
 import torch
 
-__all__ = ['Learner', 'EpisodeTracker']
+__all__ = ['Learner']
 
 PROBE_SIZE = 256      # observations in the doctor's fixed probe batch
 PUBLISHED_KEEP = 16   # recent published policy versions kept for divergence checks
@@ -387,48 +386,6 @@ class Learner:
         """
         step = ('replay/mean_weight', 'replay/mean_policy_lag', 'charts/batch_size')
         return list(dict.fromkeys((*self.metrics(), *UPDATE_METRICS, *step)))
-
-
-class EpisodeTracker:
-    """
-    Turn a stream of steps into per-episode metrics (``charts/episodic_return`` ...).
-
-    :param window: episodes averaged for ``charts/success_rate``.
-    :param rank: the task's rank metric, reported as ``charts/final_<key>``.
-    """
-
-    def __init__(self, window: int = 50, rank: RankMetric = FINAL_DISTANCE):
-        self.window = window
-        self.rank = rank
-        self.returns: list[float] = []
-        self.successes: list[bool] = []
-        self.final_values: list[float] = []
-        self._return = 0.0
-        self._length = 0
-
-    def step(self, reward: float, done: bool, info: Mapping[str, Any],
-             emit: Callable[[dict[str, float]], None] | None = None) -> None:
-        """Account one step; on episode end, record it and pass its metrics to ``emit``."""
-        self._return += float(reward)
-        self._length += 1
-        if not done:
-            return
-        self.returns.append(self._return)
-        self.successes.append(bool(info.get('is_success', False)))
-        self.final_values.append(float(info.get(self.rank.key, math.nan)))
-        if emit is not None:
-            emit({'charts/episodic_return': self._return,
-                  'charts/episodic_length': float(self._length),
-                  'charts/success_rate': self.success_rate,
-                  'charts/episode_success': float(self.successes[-1]),
-                  f'charts/final_{self.rank.key}': self.final_values[-1]})
-        self._return, self._length = 0.0, 0
-
-    @property
-    def success_rate(self) -> float:
-        """Return the success rate of the last ``window`` episodes (0 before any)."""
-        recent = self.successes[-self.window:]
-        return sum(recent) / len(recent) if recent else 0.0
 
 
 class _DoctorGuard(FiniteGuard):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from async_rl_ros.core.learning.learner import EpisodeTracker
+from async_rl_ros.core.learning.evaluation import EpisodeTracker
 from async_rl_ros.core.learning.networks import Actor
 from async_rl_ros.core.records import empty_transition_batch, PolicyState, TransitionBatch
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
