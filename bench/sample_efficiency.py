@@ -32,8 +32,9 @@ Every ``--eval-every`` env steps the deterministic policy is evaluated on the sa
 episodes (episode ``k`` reset with seed ``1,000,000 + k``: the same starts and goals for every
 learner; with 20, a policy that succeeds 95 % of the time scores below 90 % at one mark in
 13, so "stays >= 90 %" would judge the evaluation's noise; with 40, one in 21). For this
-learner that is the policy its evaluator scores and a run exports: the averaged actor when
-``sac.policy_average_tau > 0``, and then the online actor too, in a row of its own. Reported
+learner that is the policy its evaluator scores: the averaged actor when
+``sac.policy_average_tau > 0``, and then the online actor too, in a row of its own (a run
+chooses its export among both). Reported
 per run: the success rate at those marks, the env steps (and training seconds, evaluations
 excluded) to the first mark at >= 90 % and at >= 95 %, and whether every mark from the first
 95 % on stays >= 90 %.

@@ -68,7 +68,8 @@ def _record(loop: TrainingLoop, scored: Evaluation) -> None:
 
 def test_the_best_snapshots_survive_a_resume_and_can_still_be_exported(tmp_path):
     """A resumed run chooses its export among the best snapshots of its whole length."""
-    learner = _learner(tmp_path, export_candidates=2)
+    averaging = {'sac.policy_average_tau': 0.0}  # one actor: no online candidate at the end
+    learner = _learner(tmp_path, export_candidates=2, **averaging)
     loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
     snapshots = [_snapshot(learner, 1, 0.30, 100), _snapshot(learner, 2, 0.90, 150, math.nan),
                  _snapshot(learner, 3, 0.50, 180), _snapshot(learner, 4, 0.80, 200)]
@@ -77,7 +78,7 @@ def test_the_best_snapshots_survive_a_resume_and_can_still_be_exported(tmp_path)
     learner.policy_version = 4
     loop.save_checkpoint()
 
-    resumed = _learner(tmp_path, export_candidates=2)
+    resumed = _learner(tmp_path, export_candidates=2, **averaging)
     found = resume_learner(resumed)
     again = TrainingLoop(resumed, None, None, commit_every=1, logger=MetricsLogger())
     note = again.restore_evaluations(found.state)

@@ -354,7 +354,8 @@ def test_the_best_evaluated_policy_is_exported_and_judged_on_held_out_episodes(t
     from async_rl_ros.core.learning.evaluation import EpisodeStats
     from async_rl_ros.core.learning.loop import TrainingLoop
 
-    learner = Learner(tiny_config(tmp_path), OBS, ACT)
+    # One actor (no average): the last online actor is no candidate of its own.
+    learner = Learner(tiny_config(tmp_path, **{'sac.policy_average_tau': 0.0}), OBS, ACT)
     rng = np.random.default_rng(0)
     learner.ingest(transitions(200, rng))
     loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
@@ -403,7 +404,7 @@ def test_the_export_is_chosen_on_fresh_episodes_not_by_the_luckiest_score(tmp_pa
     from async_rl_ros.core.learning.evaluation import EpisodeStats
     from async_rl_ros.core.learning.loop import TrainingLoop
 
-    cfg = tiny_config(tmp_path, export_candidates=2)
+    cfg = tiny_config(tmp_path, export_candidates=2, **{'sac.policy_average_tau': 0.0})
     learner = Learner(cfg, OBS, ACT)
     learner.ingest(transitions(200, np.random.default_rng(0)))
     loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
@@ -432,6 +433,47 @@ def test_the_export_is_chosen_on_fresh_episodes_not_by_the_luckiest_score(tmp_pa
     assert summary['eval_success_rate'] == 0.6              # held out
     assert [(c['version'], c['selection_success_rate']) for c in summary['export_candidates']
             ] == [(2, 0.25), (3, 0.6), (5, 0.5)]
+
+
+def test_the_last_online_actor_competes_with_the_averaged_one(tmp_path):
+    """While a task still improves the average trails the online actor, so both compete."""
+    import json
+
+    from async_rl_ros.core.learning.artifacts import finish_run
+    from async_rl_ros.core.learning.evaluation import EpisodeStats
+    from async_rl_ros.core.learning.loop import TrainingLoop
+
+    learner = Learner(tiny_config(tmp_path, export_candidates=2), OBS, ACT)
+    assert learner.sac.actor_average is not None  # the shipped weight averaging
+    learner.ingest(transitions(300, np.random.default_rng(0)))
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    snapshot = dataclasses.replace(learner.policy_state(evaluated=True), version=1)
+    loop.record_evaluation(snapshot, EpisodeStats(episodes=20, successes=10), env_steps=100)
+    for _ in range(30):  # the online actor moves ahead of its average
+        learner.train_step()
+    learner.policy_version = 2
+    online = learner.policy_state()
+    calls = []
+
+    def evaluate(state, split):
+        is_online = all(torch.equal(state.actor[k], v) for k, v in online.actor.items())
+        calls.append(('online' if is_online else state.version, split))
+        return EpisodeStats(episodes=100, successes=90 if is_online else 50)
+
+    run = finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
+    assert calls == [(2, 'evaluator'), ('online', 'evaluator'), (1, 'selection'),
+                     (2, 'selection'), ('online', 'selection'), ('online', 'held_out')]
+    summary = json.loads(run.summary_path.read_text())
+    assert summary['exported_policy_actor'] == 'online'
+    assert summary['exported_policy_version'] == 2 and summary['eval_success_rate'] == 0.9
+    assert [(c['version'], c['online_actor']) for c in summary['export_candidates']] == [
+        (1, False), (2, False), (2, True)]
+    # The online actor is not one of the evaluator's snapshots (nor of a checkpoint's record).
+    assert [s.online for s in loop.evaluations] == [False, False]
+    obs = torch.ones(3, OBS)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.jit.load(str(run.policy))(obs),
+                                   learner.policy_from_state(online)(obs))
 
 
 def test_one_export_candidate_exports_the_best_score_as_it_is(tmp_path):

@@ -133,9 +133,14 @@ def test_the_summary_table_shows_how_the_export_was_chosen():
                    {'version': 7, 'env_steps': 5, 'evaluator_success_rate': 0.5,
                     'selection_success_rate': 0.28},
                    {'version': 9, 'env_steps': 10, 'evaluator_success_rate': 0.4,
-                    'selection_success_rate': 0.47}]}
+                    'selection_success_rate': 0.47},
+                   {'version': 9, 'online_actor': True, 'env_steps': 10,
+                    'evaluator_success_rate': 0.45, 'selection_success_rate': 0.52}],
+               'exported_policy_version': 9, 'exported_policy_success_rate': 0.45,
+               'exported_policy_env_steps': 10, 'exported_policy_actor': 'online'}
     rows = dict(summary_rows(summary, None, 'finished'))
-    assert rows['export chosen on fresh episodes'] == 'v7 28 %, v9 47 %'
+    assert rows['export chosen on fresh episodes'] == 'v7 28 %, v9 47 %, v9 online 52 %'
+    assert rows['exported policy'] == 'version 9, online actor (evaluated 45 % at 10 env steps)'
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):

@@ -122,12 +122,14 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
         rows.append(('weights received', f"{s['weights_policies_received']} policies, "
                      f"{100 * s['weights_reduction']:.1f} % fewer bytes than fp32"))
     if 'exported_policy_version' in s:
-        rows.append(('exported policy', f"version {s['exported_policy_version']} (evaluated "
-                     f"{100 * s['exported_policy_success_rate']:.0f} % at "
+        online = ', online actor' if s.get('exported_policy_actor') == 'online' else ''
+        rows.append(('exported policy', f"version {s['exported_policy_version']}{online} "
+                     f"(evaluated {100 * s['exported_policy_success_rate']:.0f} % at "
                      f"{s['exported_policy_env_steps']} env steps)"))
     if s.get('export_candidates'):
         rows.append(('export chosen on fresh episodes', ', '.join(
-            f"v{c['version']} {100 * c['selection_success_rate']:.0f} %"
+            f"v{c['version']}{' online' if c.get('online_actor') else ''} "
+            f"{100 * c['selection_success_rate']:.0f} %"
             for c in s['export_candidates'])))
     if 'final_evaluation' in s:  # skipped after a stop signal
         rows.append(('held-out evaluation', s['final_evaluation']))

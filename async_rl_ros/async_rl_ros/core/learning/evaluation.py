@@ -94,6 +94,9 @@ class Evaluation:
     state: PolicyState
     stats: EpisodeStats
     env_steps: int
+    #: the online actor, where the evaluator scores the averaged one
+    #: (``sac.policy_average_tau > 0``); its version is the averaged actor's of that time
+    online: bool = False
 
     def better_than(self, other: 'Evaluation | None') -> bool:
         """Higher success rate wins; ties go to the task's rank metric, then the newer."""

@@ -21,7 +21,7 @@ and the ROS 2 learner node all drive the same three calls --
 * :meth:`Learner.ingest` a batch of transitions (any thread);
 * :meth:`Learner.train_step` one gradient update (the training thread), returning metrics;
 * :meth:`Learner.policy_state` the weights and normalizer statistics workers act with
-  (or, with ``evaluated=True``, those of the policy that is evaluated and exported).
+  (or, with ``evaluated=True``, those of the policy the evaluator scores).
 
 Given the environment's goal spec, :meth:`Learner.ingest` also stores hindsight-relabeled
 copies of every finished episode (Andrychowicz et al. 2017; :mod:`.her`).

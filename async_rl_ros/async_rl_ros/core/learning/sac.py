@@ -19,7 +19,7 @@ Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (arXiv:181
 with clipped double Q (Fujimoto et al. 2018, "Addressing Function Approximation Error in
 Actor-Critic Methods"). One :meth:`SAC.update` is one gradient step of the critics, then (every
 ``policy_frequency`` steps) of the actor and the temperature, then the Polyak updates of the
-target critics and (optional) of the averaged actor that is evaluated and exported.
+target critics and (optional) of the averaged actor that the evaluator scores.
 The actor loss may add a temporal smoothness term on consecutive states (Mysore et al. 2021,
 "Regularizing Action Policies for Smooth Control with Reinforcement Learning", CAPS) and the
 pull towards a policy version the workers act with (:mod:`.policy_reg`).

@@ -125,10 +125,11 @@ class SACConfig(Section):
         'steps, later success).', low=0.0, high=1e3, read_only=True)
     policy_average_tau: float = option(
         0.01, 'Largest Polyak factor of the averaged actor, updated after every critic step: '
-        'the evaluator scores it and the best scored one is exported, while workers keep '
-        'acting with the online actor (weight averaging, Nikishin et al. 2018; 0 = the online '
-        'actor is evaluated and exported). The factor is min(policy_average_tau, the growing '
-        'window below), so the average spans at least 1 / policy_average_tau updates.',
+        'the evaluator scores it, while workers keep acting with the online actor (weight '
+        'averaging, Nikishin et al. 2018; 0 = the online actor is evaluated). At the end the '
+        'last online actor competes for the export too (learner.export_candidates > 1). The '
+        'factor is min(policy_average_tau, the growing window below), so the average spans at '
+        'least 1 / policy_average_tau updates.',
         low=0.0, high=1.0, read_only=True)
     policy_average_fraction: float = option(
         0.2, 'Smallest span of the actor average as a fraction of the updates so far: the '
@@ -373,8 +374,9 @@ class LearnerConfig(Section):
                                       'its summary reports their success rate.', low=1,
                                       high=100_000, read_only=True)
     export_candidates: int = option(3, 'Best-scored snapshots re-scored with the last policy '
-                                    'when a run ends, on final_eval_episodes episodes of their '
-                                    'own; the best of them is exported. The best of many '
+                                    '(its averaged and online actors) when a run ends, on '
+                                    'final_eval_episodes episodes of their own; the best of '
+                                    'them is exported. The best of many '
                                     'evaluator scores is partly luck (push, seed 2: the '
                                     "evaluator's best scored 28 of 100 held out, the last "
                                     "policy 47). 1: export the evaluator's best as it is.",
