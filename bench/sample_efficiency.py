@@ -58,6 +58,7 @@ import math
 import multiprocessing as mp
 import os
 import statistics
+import sys
 import time
 
 EVAL_SEED = 1_000_000
@@ -159,6 +160,7 @@ def run_ours(seed: int, steps: int, marks: list[int], task: str = 'reach') -> di
             if learner.sac.actor_average is not None:
                 current = scripted(learner.export_policy())
                 online[mark] = clock.evaluate(lambda: _success(eval_env, current, spec.rank))
+            _progress('ours', seed, mark, curve[mark], online.get(mark))
     finally:
         env.close()
         eval_env.close()
@@ -274,6 +276,7 @@ def run_baseline(impl: str, seed: int, steps: int, marks: list[int], task: str =
             done = mark
             seconds[mark] = clock.seconds()
             curve[mark] = clock.evaluate(lambda: _success(eval_env, act))
+            _progress(impl, seed, mark, curve[mark])
     finally:
         eval_env.close()
         model.get_env().close()
@@ -281,6 +284,14 @@ def run_baseline(impl: str, seed: int, steps: int, marks: list[int], task: str =
     return {'impl': NAMES[impl], 'key': impl, 'seed': seed, 'curve': curve, 'seconds': seconds,
             'steps_per_s': steps / max(clock.seconds(), 1e-9),
             'updates_per_s': updates / max(clock.seconds(), 1e-9)}
+
+
+def _progress(impl: str, seed: int, mark: int, rate: float, online: float | None = None
+              ) -> None:
+    """Say on stderr where a run stands (an hour-long run shows its marks as it goes)."""
+    extra = f' (online actor {100 * online:.1f} %)' if online is not None else ''
+    print(f'{NAMES[impl]} seed {seed}: {100 * rate:.1f} % at {mark} env steps{extra}',
+          file=sys.stderr, flush=True)
 
 
 def _job(job: tuple, device: str = 'cpu') -> tuple[tuple, dict]:

@@ -42,7 +42,7 @@ def test_every_bench_has_a_quick_mode(script):
     assert '--quick' in out.stdout
 
 
-def test_sample_efficiency_trains_and_scores_marks():
+def test_sample_efficiency_trains_and_scores_marks(capsys):
     bench = _load('sample_efficiency')
     result = bench.run_ours(0, 120, [60, 120])
     assert sorted(result['curve']) == [60, 120]
@@ -50,6 +50,10 @@ def test_sample_efficiency_trains_and_scores_marks():
     # The shipped default evaluates the averaged actor; the online one is scored beside it.
     assert sorted(result['online_curve']) == [60, 120]
     assert result['seconds'][60] <= result['seconds'][120]
+    # Each mark is said on stderr as the run goes (stdout ends with the JSON line).
+    marks = [line for line in capsys.readouterr().err.splitlines() if 'env steps' in line]
+    assert [line.split(' % at ')[1].split()[0] for line in marks] == ['60', '120']
+    assert marks[0].startswith('async_rl_ros seed 0: ') and '(online actor ' in marks[0]
 
 
 def test_a_baseline_leaves_no_log_folders_behind(monkeypatch, tmp_path):
