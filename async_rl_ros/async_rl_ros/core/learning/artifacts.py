@@ -185,8 +185,8 @@ def select_export(loop: TrainingLoop, evaluate: Callable[[PolicyState, str], Epi
     ``eval_every`` env steps), and that maximum overrates its snapshot: the winner's curse.
     The ``count`` best-scored snapshots and ``also`` (the last policy) are scored again on the
     ``'selection'`` episodes; the highest success rate wins, ties go to the task's rank
-    metric, then to the evaluator's order. ``count`` 1 keeps the evaluator's best among the
-    evaluator's snapshots, and nothing is scored again.
+    metric, then to the evaluator's order. ``count`` 1 keeps the best evaluator score (the
+    last policy's included) and scores nothing again.
 
     :param also: evaluations that are candidates whatever they scored (the last policy, and
         its online actor where the evaluated one is averaged); ``None`` entries are skipped.
