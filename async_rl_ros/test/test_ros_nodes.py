@@ -259,3 +259,32 @@ def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
     assert 0.0 <= summary['eval_success_rate'] <= 1.0
     assert 'last_policy_success_rate' in summary and 'exported_policy_version' in summary
     assert (run / 'policy.pt').is_file()
+
+
+def test_a_resumed_learner_keeps_its_best_snapshots_and_counts_versions_on(context, tmp_path):
+    """``resume:=true`` takes back the evaluator's record, as ``async-rl-train --resume``."""
+    import dataclasses
+
+    from async_rl_ros.core.learning.evaluation import EpisodeStats
+
+    params = [Parameter('log_dir', value=str(tmp_path)), Parameter('eval_every', value=0),
+              Parameter('checkpoint.directory', value=str(tmp_path / 'checkpoints')),
+              Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16])]
+    first = LearnerNode(parameter_overrides=params)
+    try:
+        first.learner.policy_version = 12
+        state = dataclasses.replace(first.learner.policy_state(evaluated=True), version=12)
+        first.loop.record_evaluation(state, EpisodeStats(episodes=20, successes=17), 0)
+        first.save()  # a shutdown: checkpoint, policy, summary
+    finally:
+        first.close()
+        first.destroy_node()
+    second = LearnerNode(parameter_overrides=[*params, Parameter('resume', value=True)])
+    try:
+        assert [(s.state.version, s.stats.successes) for s in second.loop.evaluations] == [
+            (12, 17)]
+        # The shards start from the checkpoint's version: the next commit is 13, not 1.
+        assert second.committer.version == 12
+    finally:
+        second.close()
+        second.destroy_node()
