@@ -19,7 +19,7 @@ A goal-conditioned environment has ``Dict`` observations with the keys ``observa
 ``achieved_goal`` and ``desired_goal`` and a vectorized ``compute_reward(achieved, desired,
 info)`` (Gymnasium's ``GoalEnv`` convention; panda-gym, Gymnasium-Robotics' Fetch and hand
 tasks). :class:`GymGoalTask` builds it with ``gymnasium.make`` (its registered time limit
-included) and flattens it for the learner (:class:`FlatGoalEnv`):
+included) and flattens it for the learner (:class:`~.gym_flat_env.FlatGoalEnv`):
 
 * observation: ``float32`` ``concat(observation, achieved_goal, desired_goal)``;
 * action: ``[-1, 1]^a``, rescaled to the env's own ``Box`` bounds where they differ;
@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import math
 from typing import Any, Mapping
 
 from async_rl_ros.core.options import ConfigError
 from async_rl_ros.core.tasks import FINAL_DISTANCE, TaskSpec
-from async_rl_ros.envs.goal_view import check_render_mode, render_modes
+from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.gym_flat_env import FlatGoalEnv, GOAL_KEYS
 import gymnasium as gym
 import numpy as np
 
@@ -55,8 +55,6 @@ __all__ = ['GymGoalTask', 'GymGoalSpec', 'FlatGoalEnv', 'PROVIDERS', 'GOAL_KEYS'
 #: Packages that register goal-conditioned environments when imported, tried in this order
 #: for an id Gymnasium's registry does not know yet.
 PROVIDERS = ('panda_gym', 'gymnasium_robotics')
-#: The keys of a goal-conditioned observation, in the order the flat observation lays them.
-GOAL_KEYS = ('observation', 'achieved_goal', 'desired_goal')
 
 _PROBES: dict[str, Any] = {}  # env id -> one env per process for spaces and compute_reward
 
@@ -337,109 +335,3 @@ class GymGoalTask:
         check_render_mode(render_mode)
         spec = self.spec(cfg)
         return FlatGoalEnv(_make(self.env_id, render_mode), spec.goal)
-
-
-def _forget_contacts(unwrapped: Any) -> None:
-    """
-    Drop the contact cache of a panda-gym env's PyBullet simulator (other envs: nothing).
-
-    PyBullet starts each step's contact solve from the impulses of the contacts still cached
-    from the step before, across a reset too: the first step of an episode with an object
-    (``PandaPush-v3``) then depends on how the previous episode ended (by up to 1e-2 in the
-    object's velocity), and Gymnasium's ``check_env`` finds two seeded resets stepping apart.
-    Switching the touching pairs' collisions off for one collision pass drops their cache; the
-    step after the reset solves its contacts afresh. PyBullet keeps more state than its API
-    reaches (an episode of one seed may still differ by about 1e-4 in the object's position
-    with what the simulator ran before); a run from a new env with the same seeds repeats.
-    """
-    client = getattr(getattr(unwrapped, 'sim', None), 'physics_client', None)
-    if client is None or not hasattr(client, 'getContactPoints'):
-        return
-    pairs = {(c[1], c[2], c[3], c[4]) for c in client.getContactPoints()}
-    if not pairs:
-        return
-    for a, b, link_a, link_b in pairs:
-        client.setCollisionFilterPair(a, b, link_a, link_b, 0)
-    client.performCollisionDetection()
-    for a, b, link_a, link_b in pairs:  # they touched: they collide, as before
-        client.setCollisionFilterPair(a, b, link_a, link_b, 1)
-
-
-class FlatGoalEnv(gym.Env):
-    """
-    A goal-conditioned env seen as the learner sees every task (see the module docstring).
-
-    :param env: the goal-conditioned env (as ``gymnasium.make`` built it).
-    :param goal: its :class:`GymGoalSpec` (success where the env's ``info`` lacks it).
-    """
-
-    def __init__(self, env: Any, goal: GymGoalSpec):
-        self.env = env
-        self.goal = goal
-        space = env.observation_space
-        self.metadata = dict(getattr(env, 'metadata', None) or {})
-        self.metadata['render_modes'] = render_modes(self.metadata.get('render_modes', []))
-        self.render_mode = getattr(env, 'render_mode', None)
-        low = np.concatenate([np.broadcast_to(space[k].low, space[k].shape).ravel()
-                              for k in GOAL_KEYS]).astype(np.float32)
-        high = np.concatenate([np.broadcast_to(space[k].high, space[k].shape).ravel()
-                               for k in GOAL_KEYS]).astype(np.float32)
-        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
-        act = env.action_space
-        self._low = np.asarray(act.low, dtype=np.float64)
-        self._high = np.asarray(act.high, dtype=np.float64)
-        self._rescale = not (np.all(self._low == -1.0) and np.all(self._high == 1.0))
-        self._act_dtype = act.dtype
-        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=act.shape, dtype=np.float32)
-
-    def _flat(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        return np.concatenate([np.asarray(obs[k], dtype=np.float32).ravel()
-                               for k in GOAL_KEYS])
-
-    def _info(self, obs: Mapping[str, np.ndarray], info: dict[str, Any]) -> dict[str, Any]:
-        info = dict(info)
-        achieved = np.asarray(obs['achieved_goal'], dtype=np.float64).ravel()
-        desired = np.asarray(obs['desired_goal'], dtype=np.float64).ravel()
-        info['distance'] = math.sqrt(float(np.dot(achieved - desired, achieved - desired)))
-        if 'is_success' in info:
-            info['is_success'] = bool(np.asarray(info['is_success']).reshape(-1)[0])
-        else:
-            info['is_success'] = bool(self.goal.is_success(achieved[None], desired[None])[0])
-        return info
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """
-        Reset the env (seeded episodes repeat: see below).
-
-        ``reset()`` without a seed passes the env a seed drawn from this env's generator
-        (seeded by the last ``reset(seed=...)``): panda-gym draws a fresh, unseeded generator
-        on ``reset(seed=None)``, so its later episodes would not repeat. Contacts cached by a
-        PyBullet simulator (panda-gym) are dropped first (see :func:`_forget_contacts`).
-        """
-        super().reset(seed=seed)
-        if seed is None:
-            seed = int(self.np_random.integers(2**31 - 1))
-        _forget_contacts(self.env.unwrapped)
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self._flat(obs), self._info(obs, info)
-
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """Step with an action in ``[-1, 1]`` (rescaled to the env's bounds where they differ)."""
-        a = np.clip(np.asarray(action, dtype=np.float64).reshape(self.action_space.shape),
-                    -1.0, 1.0)
-        if self._rescale:
-            a = self._low + (a + 1.0) * 0.5 * (self._high - self._low)
-        obs, reward, terminated, truncated, info = self.env.step(a.astype(self._act_dtype))
-        return (self._flat(obs), float(reward), bool(terminated), bool(truncated),
-                self._info(obs, info))
-
-    def render(self) -> Any:
-        """Return the env's frame (``rgb_array``) or draw it (``human``)."""
-        if self.render_mode is None:
-            return None
-        return self.env.render()
-
-    def close(self) -> None:
-        """Close the env."""
-        self.env.close()
