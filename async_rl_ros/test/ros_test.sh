@@ -83,7 +83,17 @@ fi
 
 export ASYNC_RL_REPO=$repo  # test_sros2.py runs tools/sros2_keystore.sh of the checkout
 cd "$ws/src/async_rl_ros"
-python3 -m pytest -ra -p no:cacheprovider test/test_interfaces.py test/test_ros_nodes.py \
-  test/test_launch_train.py test/test_launch_preflight.py test/test_launch_roles.py \
-  test/test_launch_cube_cell.py \
-  test/test_bag_reader.py test/test_sros2.py test/test_launch_secure.py "$@"
+tests=(test/test_interfaces.py test/test_ros_nodes.py test/test_launch_train.py
+       test/test_launch_preflight.py test/test_launch_roles.py test/test_launch_cube_cell.py
+       test/test_bag_reader.py test/test_sros2.py test/test_launch_secure.py)
+# A launch test file that skips itself while it is imported (launch_testing 3.4.3 under
+# pytest 7.4) ended the whole collection: "collected 0 items / 1 skipped", nothing run. The
+# one that needs more than ROS 2 is left out here instead, and said so.
+if ! python3 -c 'import rtde_control' 2>/dev/null; then
+  echo 'ros-test: test_launch_cube_cell.py left out: it needs ur-rtde==1.6.5' \
+    '(tools/ros_env.sh --real installs it)' >&2
+  kept=()
+  for t in "${tests[@]}"; do [ "$t" = test/test_launch_cube_cell.py ] || kept+=("$t"); done
+  tests=("${kept[@]}")
+fi
+python3 -m pytest -ra -p no:cacheprovider "${tests[@]}" "$@"

@@ -345,8 +345,9 @@ def test_learner_node_warm_starts_from_a_recording_or_refuses_it(tmp_path, dds):
         ('/worker_0/transitions', bag_reader.TRANSITION_TYPE,
          _message(_fields(0, 64, rng, obs_dim=7)))])
 
-    def learner(bag):
+    def learner(bag):  # the recording's fleet stepped joint velocities (6 action values)
         return LearnerNode(parameter_overrides=[
+            Parameter('task.action', value='joint'),
             Parameter('transport.warm_start_bag', value=str(bag)),
             Parameter('log_dir', value=str(tmp_path / 'run')),
             Parameter('checkpoint.directory', value=str(tmp_path / 'run' / 'ckpt')),

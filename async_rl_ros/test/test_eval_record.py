@@ -114,6 +114,29 @@ def test_the_best_snapshots_survive_a_resume_and_can_still_be_exported(tmp_path)
                                    resumed.policy_from_state(snapshots[1].state)(obs))
 
 
+def test_snapshots_scored_without_per_episode_figures_survive_a_resume(tmp_path):
+    """
+    An evaluator may keep counts only (``EpisodeStats`` lists empty); they reload too.
+
+    An empty numpy array pickles as a call of ``bytes()``, which ``torch.load(weights_only=
+    True)`` refuses: such a record made its checkpoint unreadable, and ``--resume`` skipped it.
+    """
+    learner = _learner(tmp_path)
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    state = dataclasses.replace(learner.policy_state(evaluated=True), version=12)
+    loop.record_evaluation(state, EpisodeStats(episodes=20, successes=17), env_steps=0)
+    loop.save_checkpoint()
+    resumed = _learner(tmp_path)
+    found = resume_learner(resumed)
+    assert found.skipped == []
+    again = TrainingLoop(resumed, None, None, commit_every=1, logger=MetricsLogger())
+    assert again.restore_evaluations(found.state) == (
+        'the snapshot evaluated before the checkpoint stays an export candidate (best: 85 % at '
+        '0 env steps)')
+    kept = again.evaluations[0]
+    assert (kept.state.version, kept.stats.successes, kept.stats.returns) == (12, 17, [])
+
+
 def test_a_checkpoint_without_a_record_resumes_with_none(tmp_path):
     learner = _learner(tmp_path)
     learner.save_checkpoint()  # as checkpoints were written before the record
@@ -164,10 +187,12 @@ ACTOR_NAME = 'trunk.0.weight'
      'evaluations[0].obs_mean: shape (6,), expected (5,)'),
     (_set('1.stats.successes', 30), 'evaluations[1].stats.successes: 30, allowed 0 to 20'),
     (_set('1.stats.episodes', 0), 'evaluations[1].stats.episodes: 0, allowed 1 to'),
-    (_set('0.stats.returns', np.full(20, np.inf)),
+    (_set('0.stats.returns', [math.inf] * 20),
      'evaluations[0].stats.returns: non-finite values'),
-    (_set('0.stats.final_values', np.zeros(3)),
-     'evaluations[0].stats.final_values: shape (3,), expected (20,)'),
+    (_set('0.stats.final_values', [0.0] * 3),
+     'evaluations[0].stats.final_values: a list of 20 numbers (or none) expected'),
+    (_set('0.stats.returns', np.zeros(20)),
+     'evaluations[0].stats.returns: a list of 20 numbers (or none) expected'),
     (_set('0.stats.seconds', math.nan), 'evaluations[0].stats.seconds: a finite number >= 0'),
     (_set('0.stats.rank.lower_is_better', 'yes'),
      'evaluations[0].stats.rank.lower_is_better: true or false expected'),

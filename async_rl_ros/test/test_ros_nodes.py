@@ -177,7 +177,9 @@ def test_parameters_have_descriptors_and_refuse_invalid_changes(context):
 
 def test_a_parameter_change_reaches_the_commands(context):
     """The env worker's hook: ros2 param set -> on_change -> env.apply_config -> filter."""
-    node = rclpy.create_node('live_probe')
+    # Joint-velocity actions: the command is action_scale times the joint speed limit.
+    node = rclpy.create_node('live_probe',
+                             parameter_overrides=[Parameter('task.action', value='joint')])
     env = None
     changes = []
     try:

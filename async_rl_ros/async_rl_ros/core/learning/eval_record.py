@@ -78,8 +78,10 @@ def pack_evaluations(evaluations: Sequence[Evaluation]) -> list[dict[str, Any]]:
             'obs_clip': float(state.obs_clip),
             'stats': {'episodes': int(stats.episodes), 'steps': int(stats.steps),
                       'successes': int(stats.successes),
-                      'returns': np.asarray(stats.returns, np.float64),
-                      'final_values': np.asarray(stats.final_values, np.float64),
+                      # Lists, not arrays: an empty array pickles as a call of bytes(),
+                      # which torch.load(weights_only=True) refuses.
+                      'returns': [float(v) for v in stats.returns],
+                      'final_values': [float(v) for v in stats.final_values],
                       'safety': {str(k): int(v) for k, v in stats.safety.items()},
                       'seconds': float(stats.seconds),
                       'rank': {'key': stats.rank.key, 'label': stats.rank.label,
@@ -142,8 +144,8 @@ def _stats(stats: Any, where: str) -> EpisodeStats:
     episodes = _int(stats['episodes'], f'{where}.episodes', 1, MAX_EPISODES)
     successes = _int(stats['successes'], f'{where}.successes', 0, episodes)
     steps = _int(stats['steps'], f'{where}.steps', 0, 2**62)
-    returns = _array(stats['returns'], f'{where}.returns', episodes)
-    finals = _array(stats['final_values'], f'{where}.final_values', episodes, nan_ok=True)
+    returns = _floats(stats['returns'], f'{where}.returns', episodes)
+    finals = _floats(stats['final_values'], f'{where}.final_values', episodes, nan_ok=True)
     safety = stats['safety']
     if not isinstance(safety, Mapping) or len(safety) > 64:
         raise RecordError(f'{where}.safety: a mapping of at most 64 reasons expected')
@@ -160,10 +162,9 @@ def _stats(stats: Any, where: str) -> EpisodeStats:
                               'expected')
     if not isinstance(rank['lower_is_better'], bool):
         raise RecordError(f'{where}.rank.lower_is_better: true or false expected')
-    return EpisodeStats(episodes=episodes, steps=steps, successes=successes,
-                        returns=[float(v) for v in returns],
-                        final_values=[float(v) for v in finals], safety=counts,
-                        seconds=seconds, rank=RankMetric(**rank))
+    return EpisodeStats(episodes=episodes, steps=steps, successes=successes, returns=returns,
+                        final_values=finals, safety=counts, seconds=seconds,
+                        rank=RankMetric(**rank))
 
 
 def _keys(value: Any, expected: set, where: str) -> None:
@@ -184,12 +185,22 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
     return int(value)
 
 
-def _array(value: Any, where: str, length: int, nan_ok: bool = False) -> np.ndarray:
+def _array(value: Any, where: str, length: int) -> np.ndarray:
     if not isinstance(value, np.ndarray) or value.dtype.kind != 'f':
         raise RecordError(f'{where}: a floating-point array expected')
     if value.shape != (length,):
         raise RecordError(f'{where}: shape {value.shape}, expected ({length},)')
-    bad = np.isinf(value) if nan_ok else ~np.isfinite(value)
-    if bad.any():
+    if not np.isfinite(value).all():
         raise RecordError(f'{where}: non-finite values')
     return value
+
+
+def _floats(value: Any, where: str, episodes: int, nan_ok: bool = False) -> list[float]:
+    """Check one number per episode (or none: an evaluator that did not keep them)."""
+    if not isinstance(value, (list, tuple)) or len(value) not in (0, episodes) or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+        raise RecordError(f'{where}: a list of {episodes} numbers (or none) expected')
+    out = [float(v) for v in value]
+    if any(math.isinf(v) or (math.isnan(v) and not nan_ok) for v in out):
+        raise RecordError(f'{where}: non-finite values')
+    return out

@@ -263,8 +263,10 @@ class TrainingLoop:
         if not restored:
             return 'no snapshot had been evaluated before the checkpoint'
         best = self.top_evaluations(1)[0]
-        return (f'{len(restored)} snapshots evaluated before the checkpoint stay export '
-                f'candidates (best: {100 * best.stats.success_rate:.0f} % at {best.env_steps} '
+        kept = (f'{len(restored)} snapshots evaluated before the checkpoint stay export '
+                'candidates' if len(restored) > 1 else
+                'the snapshot evaluated before the checkpoint stays an export candidate')
+        return (f'{kept} (best: {100 * best.stats.success_rate:.0f} % at {best.env_steps} '
                 'env steps)')
 
     # ------------------------------------------------------------------ weights out
