@@ -327,6 +327,32 @@ def test_reward_scale_mismatch_flags_the_odd_worker(statistic):
     assert doctor.metrics()['doctor/reward_scale_ratio'] > 3.0
 
 
+def test_a_sparse_reward_is_judged_by_its_scale_not_by_how_often_a_worker_succeeded():
+    """
+    Push rewards are -1 until the cube is at the target, then 0: two healthy workers.
+
+    One has not succeeded yet (every reward -1: a standard deviation of 0), the other has, a
+    little. The shipped statistic (mean |r|) sees one scale; the deviation saw a factor 10^10
+    (ROS 2 push, two workers). A worker whose rewards are ten times as large is still flagged.
+    """
+    rng = np.random.default_rng(3)
+
+    def sparse(successes: float, n: int = 100) -> np.ndarray:
+        return np.where(rng.random(n) < successes, 0.0, -1.0)
+
+    shipped, _ = make_doctor(reward_min_samples=200)
+    deviation, _ = make_doctor(reward_min_samples=200, reward_scale_statistic='std')
+    for _ in range(10):
+        for doctor in (shipped, deviation):
+            doctor.observe_rewards(0, sparse(0.0))
+            doctor.observe_rewards(1, sparse(0.05))
+    assert shipped.detections['reward_scale'] == 0
+    assert deviation.detections['reward_scale'] > 0  # what the default used to report
+    for _ in range(10):
+        shipped.observe_rewards(2, 10.0 * sparse(0.02))
+    assert shipped.detections['reward_scale'] >= 1
+
+
 def test_reward_scale_needs_two_workers_and_enough_samples():
     doctor, _ = make_doctor(reward_min_samples=500)
     rng = np.random.default_rng(2)

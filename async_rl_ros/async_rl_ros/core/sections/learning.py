@@ -241,9 +241,13 @@ class DoctorConfig(Section):
     reward_scale_factor: float = option(3.0, 'Largest allowed ratio between a worker reward scale '
                                         'and the median scale of the workers.',
                                         low=1.0, high=1e6, low_open=True)
-    reward_scale_statistic: str = option('std', 'Reward scale of a worker: the running standard '
-                                         'deviation or the running mean of |r|.',
-                                         choices=('std', 'mean_abs'))
+    reward_scale_statistic: str = option('mean_abs', 'Reward scale of a worker: the running '
+                                         'mean of |r| or the running standard deviation. The '
+                                         'deviation of a sparse reward (-1 until success, 0) '
+                                         'measures how often a worker succeeded, not its scale: '
+                                         'on push over ROS 2 a worker that had not succeeded '
+                                         'yet had 0 and the other was flagged.',
+                                         choices=('mean_abs', 'std'))
     reward_min_samples: int = option(1000, 'Rewards a worker must have sent before its scale is '
                                      'compared.', low=1, high=10**9)
     min_policy_cosine: float = option(0.9, 'Smallest healthy cosine similarity between the '
