@@ -24,8 +24,9 @@ Each checkpoint therefore carries the ``learner.export_candidates`` best-scored 
 (``checkpoint['evaluations']``), oldest first, each with its weights, normalizer statistics,
 version, env steps and episode statistics. That is all a choice ever uses: the ``count`` best
 of a whole run are among the ``count`` best before the resume and the snapshots after it. The
-entries are plain values, numpy arrays and tensors, which ``torch.load(weights_only=True)``
-reads.
+entries are plain values, lists, numpy arrays and tensors, which
+``torch.load(weights_only=True)`` reads; per-episode figures are lists, because an empty numpy
+array pickles as a call of ``bytes()``, which it refuses.
 
 :func:`unpack_evaluations` checks every entry against the learner it is restored into (the
 actor's tensor names and shapes, the observation width, finite values, counts within range)

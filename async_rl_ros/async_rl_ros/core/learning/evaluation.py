@@ -12,7 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Run a policy for whole episodes and summarize them (evaluation, demos, benchmarks)."""
+"""
+Episodes and what is read from them.
+
+:func:`run_episodes` runs a policy for whole episodes and summarizes them (:class:`EpisodeStats`:
+evaluation, demos, benchmarks); :class:`Evaluation` is a policy snapshot with the statistics it
+scored; :class:`EpisodeTracker` turns a worker's stream of steps into per-episode metrics.
+"""
 
 from __future__ import annotations
 
