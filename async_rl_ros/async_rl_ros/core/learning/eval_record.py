@@ -125,16 +125,17 @@ def _entry(entry: Any, where: str, actor: Mapping[str, torch.Tensor], obs_dim: i
             raise RecordError(f'{where}.actor.{name}: shape {tuple(tensor.shape)}, expected '
                               f'{tuple(reference.shape)}')
     for name in ('obs_mean', 'obs_std'):
-        _array(entry[name], f'{where}.{name}', obs_dim)
+        value = entry[name]
+        if not isinstance(value, np.ndarray) or value.dtype.kind != 'f':
+            raise RecordError(f'{where}.{name}: a floating-point array expected')
     clip = entry['obs_clip']
     if not isinstance(clip, (int, float)) or isinstance(clip, bool):
         raise RecordError(f'{where}.obs_clip: a number expected')
-    state = PolicyState(actor={k: weights[k].float().clone() for k in actor},
-                        obs_mean=np.array(entry['obs_mean'], np.float32),
-                        obs_std=np.array(entry['obs_std'], np.float32),
-                        obs_clip=float(clip), version=version)
-    try:
-        state.check(obs_dim)
+    try:  # as a weight packet's state is rebuilt: widths, finite values, std > 0
+        state = PolicyState.from_parts(
+            {k: weights[k].detach().cpu().float().numpy() for k in actor},
+            {'obs_mean': entry['obs_mean'], 'obs_std': entry['obs_std'], 'obs_clip': clip},
+            version, obs_dim)
     except PolicyStateError as exc:
         raise RecordError(f'{where}.{exc}') from None
     return Evaluation(state, _stats(entry['stats'], f'{where}.stats'), steps)
@@ -184,16 +185,6 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
     if not low <= int(value) <= high:
         raise RecordError(f'{where}: {int(value)}, allowed {low} to {high}')
     return int(value)
-
-
-def _array(value: Any, where: str, length: int) -> np.ndarray:
-    if not isinstance(value, np.ndarray) or value.dtype.kind != 'f':
-        raise RecordError(f'{where}: a floating-point array expected')
-    if value.shape != (length,):
-        raise RecordError(f'{where}: shape {value.shape}, expected ({length},)')
-    if not np.isfinite(value).all():
-        raise RecordError(f'{where}: non-finite values')
-    return value
 
 
 def _floats(value: Any, where: str, episodes: int, nan_ok: bool = False) -> list[float]:
