@@ -56,6 +56,23 @@ def tiny_config(tmp_path, **flat):
     return LearnerConfig().replace(**base)
 
 
+def transitions(n: int, rng, worker: int = 0, version: int = 0, obs_dim: int = 5,
+                act_dim: int = 2) -> dict:
+    """
+    Return ``n`` random transitions as a worker sends them (the learner tests' 5 / 2 widths).
+
+    :param worker: the ``worker_id`` of every row.
+    :param version: the ``policy_version`` every row was acted with.
+    """
+    import numpy as np
+
+    obs = rng.normal(size=(n, obs_dim)).astype(np.float32) * 3.0 + 1.0
+    action = rng.uniform(-1, 1, size=(n, act_dim)).astype(np.float32)
+    return {'obs': obs, 'action': action, 'reward': -np.abs(action).sum(1).astype(np.float32),
+            'next_obs': obs + 0.1, 'terminated': np.zeros(n, bool), 'truncated': np.zeros(n, bool),
+            'policy_version': np.full(n, version), 'worker_id': np.full(n, worker)}
+
+
 @pytest.fixture
 def run(request):
     """Yield a controller double with a UR5 backend on it (``ur_double.backend.Run``)."""

@@ -26,7 +26,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.core.learning.resume import resume_learner
-from conftest import tiny_config
+from conftest import tiny_config, transitions
 import numpy as np
 import pytest
 import torch
@@ -41,12 +41,7 @@ def _one_thread():
 
 def _learner(tmp_path, **flat) -> Learner:
     learner = Learner(tiny_config(tmp_path, **flat), OBS, ACT)
-    rng = np.random.default_rng(0)
-    obs = rng.normal(size=(200, OBS)).astype(np.float32)
-    learner.ingest({'obs': obs, 'action': rng.uniform(-1, 1, (200, ACT)).astype(np.float32),
-                    'reward': np.zeros(200, np.float32), 'next_obs': obs + 0.1,
-                    'terminated': np.zeros(200, bool), 'truncated': np.zeros(200, bool),
-                    'policy_version': np.zeros(200, int), 'worker_id': np.zeros(200, int)})
+    learner.ingest(transitions(200, np.random.default_rng(0), obs_dim=OBS, act_dim=ACT))
     return learner
 
 

@@ -24,7 +24,7 @@ from async_rl_ros.core.learning.single_process import train_single_process
 from async_rl_ros.core.learning.step_guard import FiniteGuard
 from async_rl_ros.core.learning.update_graph import replay_in_python, UpdateGraphs
 from async_rl_ros.core.workers.inline import PolicyEvaluator
-from conftest import tiny_config
+from conftest import tiny_config, transitions
 import numpy as np
 import pytest
 import torch
@@ -35,14 +35,6 @@ OBS, ACT = 5, 2
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
-
-
-def transitions(n: int, rng: np.random.Generator, worker: int = 0, version: int = 0) -> dict:
-    obs = rng.normal(size=(n, OBS)).astype(np.float32) * 3.0 + 1.0
-    action = rng.uniform(-1, 1, size=(n, ACT)).astype(np.float32)
-    return {'obs': obs, 'action': action, 'reward': -np.abs(action).sum(1).astype(np.float32),
-            'next_obs': obs + 0.1, 'terminated': np.zeros(n, bool), 'truncated': np.zeros(n, bool),
-            'policy_version': np.full(n, version), 'worker_id': np.full(n, worker)}
 
 
 def test_ingest_normalizes_and_drops_non_finite_rows(tmp_path):
