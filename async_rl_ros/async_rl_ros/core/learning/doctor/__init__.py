@@ -54,8 +54,9 @@ device synchronisation each.
 Layout: :mod:`.checks` (pure NaN/Inf, update-ratio and cosine helpers), :mod:`.state` (the
 good-state snapshot, the update-ratio tracker, running reward statistics), :mod:`.interface`
 (events, :class:`TrainingDiverged`, the :class:`Knobs` protocol), :mod:`.remedies` (the
-remedies in force) and :mod:`.doctor` (the :class:`Doctor`); their public names are
-re-exported here.
+remedies in force), :mod:`.record` (counters, events, measurements and the path of a
+detection: :class:`DoctorRecord`) and :mod:`.doctor` (the :class:`Doctor`, its detectors);
+their public names are re-exported here.
 """
 
 from async_rl_ros.core.config import DoctorConfig

@@ -13,11 +13,11 @@
 # limitations under the License.
 
 
-"""The training doctor: detectors, remedies and their bookkeeping for one learner."""
+"""The training doctor of one learner: its detectors (the bookkeeping is :mod:`.record`)."""
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 import logging
 import math
 import statistics
@@ -27,8 +27,8 @@ from async_rl_ros.core.config import DoctorConfig
 from async_rl_ros.core.learning.doctor.checks import (_fields, _parameters, _ratio, all_finite,
                                                       ArrayLike, cosine_similarity, Params,
                                                       params_finite)
-from async_rl_ros.core.learning.doctor.interface import DoctorEvent, Knobs, TrainingDiverged
-from async_rl_ros.core.learning.doctor.remedies import RemedyLedger
+from async_rl_ros.core.learning.doctor.interface import Knobs, TrainingDiverged
+from async_rl_ros.core.learning.doctor.record import DoctorRecord
 from async_rl_ros.core.learning.doctor.state import GoodState, RunningStats
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from torch import nn
 _LOG = logging.getLogger(__package__)  # the name it had when the doctor was one module
 
 
-class Doctor:
+class Doctor(DoctorRecord):
     """
     Watch one learner and apply the troubleshooting table; see the package docstring.
 
@@ -48,122 +48,39 @@ class Doctor:
 
     def __init__(self, cfg: DoctorConfig | None = None, knobs: Knobs | None = None,
                  good_state: GoodState | None = None):
-        self.cfg = cfg if cfg is not None else DoctorConfig()
-        self.cfg.validate()
-        self.knobs = knobs
-        self.remedies = RemedyLedger(knobs)
+        super().__init__(cfg, knobs)
         self.good_state = good_state if good_state is not None else GoodState()
-        self.step = 0
         self.nan_skips = 0
         self.bad_batches = 0
         self.blocked_publishes = 0
         self.consecutive_skips = 0
-        self.events_total = 0
-        self.detections: Counter[str] = Counter()
-        self._events: deque[DoctorEvent] = deque(maxlen=self.cfg.max_events)
-        self._values: dict[str, float] = {}
         self._ratio_windows: dict[str, deque[float]] = {}  # recent update ratios per network
-        self._last_warn: dict[str, int] = {}
         self._last_snapshot: int | None = None
         self.reward_stats: dict[Hashable, RunningStats] = {}
         self._probe: Any = None
-
-    # ------------------------------------------------------------------ bookkeeping
-    @property
-    def events(self) -> list[DoctorEvent]:
-        """Return the most recent ``max_events`` events, oldest first."""
-        return list(self._events)
-
-    @property
-    def remedies_total(self) -> int:
-        """Return how many remedies were applied (undone ones included)."""
-        return self.remedies.applied_total
-
-    def begin_step(self, step: int) -> None:
-        """
-        Set the learner update counter, and undo the remedies whose symptom is gone.
-
-        Cooldowns, rate limits and the recovery of remedies (``remedy_recovery_steps``) are
-        measured in this counter.
-
-        :param step: the learner's update count; call once per update, before the checks.
-        """
-        self.step = int(step)
-        for undone in self.remedies.recover(self.cfg, self.step):
-            reason = (f'no {undone.detector} detection for {undone.quiet_for} updates; remedy '
-                      f'undone: {undone.remedy}')
-            self._events.append(DoctorEvent(undone.detector, reason, float(undone.quiet_for),
-                                            float(self.cfg.remedy_recovery_steps),
-                                            undone.remedy, self.step))
-            self.events_total += 1
-            # As loud as the remedy it undoes: a knob of training changes either way.
-            _LOG.warning('doctor[%s] step %d: %s', undone.detector, self.step, reason)
 
     def metrics(self) -> dict[str, float]:
         """
         Return the doctor's counters and latest measurements.
 
-        Keys: ``doctor/nan_skips``, ``doctor/bad_batches``, ``doctor/blocked_publishes``,
-        ``doctor/events_total``, ``doctor/remedies_total``, ``doctor/remedies_undone``,
-        ``doctor/remedies_in_force``, ``doctor/detections/<detector>``
-        and, once measured, ``doctor/grad_norm``, ``doctor/update_ratio[/<name>]``,
-        ``doctor/min_policy_cosine``, ``doctor/entropy``, ``doctor/policy_lag``,
-        ``doctor/policy_lag_max``, ``doctor/reward_scale/<worker>``,
-        ``doctor/reward_scale_ratio``.
+        Keys: those of :meth:`DoctorRecord.metrics`, ``doctor/nan_skips``,
+        ``doctor/bad_batches``, ``doctor/blocked_publishes`` and, once measured,
+        ``doctor/grad_norm``, ``doctor/update_ratio[/<name>]``, ``doctor/min_policy_cosine``,
+        ``doctor/entropy``, ``doctor/policy_lag``, ``doctor/policy_lag_max``,
+        ``doctor/reward_scale/<worker>``, ``doctor/reward_scale_ratio``.
 
         :returns: ``{name: value}``.
         """
-        out = {
-            'doctor/nan_skips': float(self.nan_skips),
-            'doctor/bad_batches': float(self.bad_batches),
-            'doctor/blocked_publishes': float(self.blocked_publishes),
-            'doctor/events_total': float(self.events_total),
-            'doctor/remedies_total': float(self.remedies.applied_total),
-            'doctor/remedies_undone': float(self.remedies.undone_total),
-            'doctor/remedies_in_force': float(self.remedies.in_force),
-        }
-        out.update({f'doctor/detections/{k}': float(v) for k, v in self.detections.items()})
-        out.update({f'doctor/{k}': v for k, v in self._values.items()})
+        out = super().metrics()
+        out.update({'doctor/nan_skips': float(self.nan_skips),
+                    'doctor/bad_batches': float(self.bad_batches),
+                    'doctor/blocked_publishes': float(self.blocked_publishes)})
         scales = self._reward_scales()
         out.update({f'doctor/reward_scale/{w}': s for w, s in scales.items()})
         if len(scales) >= 2:
             ref = self._reference_scale(scales)
             out['doctor/reward_scale_ratio'] = max(_ratio(s, ref) for s in scales.values())
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        """Return what a resumed run needs: the remedies in force (counters start anew)."""
-        return {'remedies': self.remedies.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """
-        Restore a :meth:`state_dict`, so that a resumed run can still undo its remedies.
-
-        :param state: a dict made by :meth:`state_dict`.
-        """
-        self.remedies.load_state_dict(state['remedies'])
-
-    def _detect(self, detector: str, reason: str, value: float, threshold: float,
-                knob: str | None = None, factor: float = 1.0,
-                key: str | None = None) -> DoctorEvent | None:
-        """Count a detection; apply its remedy (cooldown) and log/record it (rate limit)."""
-        self.detections[detector] += 1
-        remedy, suffix = None, ''
-        if knob is not None:
-            remedy, suffix = self.remedies.treat(self.cfg, detector, knob, factor, self.step)
-        key = key or detector
-        last_warn = self._last_warn.get(key)
-        if remedy is None and last_warn is not None and \
-                self.step - last_warn < self.cfg.warn_interval_steps:
-            return None
-        self._last_warn[key] = self.step
-        event = DoctorEvent(detector, reason + suffix, float(value), float(threshold), remedy,
-                            self.step)
-        self._events.append(event)
-        self.events_total += 1
-        _LOG.warning('doctor[%s] step %d: %s (value %.6g, threshold %.6g)%s', detector,
-                     self.step, reason, value, threshold, suffix)
-        return event
 
     # ------------------------------------------------------------------ non-finite values
     def batch_ok(self, batch: Any) -> bool:
