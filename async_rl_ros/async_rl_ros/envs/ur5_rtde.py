@@ -23,7 +23,8 @@ stall of a few seconds) reads as a lost link, never kills the worker. Each RL st
 asynchronous ``moveJ`` to the start pose during which the watchdog keeps being kicked.
 
 The safety supervisor runs around every call (rules in :mod:`async_rl_ros.envs.rtde_supervisor`,
-recovery in :mod:`async_rl_ros.envs.rtde_recovery`):
+recovery in :mod:`async_rl_ros.envs.rtde_recovery`, the inside of a step in
+:mod:`async_rl_ros.envs.rtde_step`):
 
 * the ur_rtde watchdog is armed from the first reset or step on, so the controller stops the
   arm when the worker stalls;
@@ -63,19 +64,18 @@ from async_rl_ros.core.workers import realtime
 from async_rl_ros.core.workers.step_budget import StepBudget
 from async_rl_ros.envs.arm import ArmState, rotvec_to_quat
 from async_rl_ros.envs.rtde_link import ClientProcess, LinkLost
-from async_rl_ros.envs.rtde_moves import floats as _floats, Moves
-from async_rl_ros.envs.rtde_recovery import (BackendInterrupted, Cause, controller_major,
-                                             Recovery)
+from async_rl_ros.envs.rtde_moves import Moves
+from async_rl_ros.envs.rtde_recovery import controller_major, Recovery
+from async_rl_ros.envs.rtde_step import Stepping
 from async_rl_ros.envs.rtde_stop import Stopping
-from async_rl_ros.envs.rtde_supervisor import (HALT_MASK, NeedsPerson, PolicyGate,
-                                               ProtectiveStopLog, StateClock, Verdict)
+from async_rl_ros.envs.rtde_supervisor import (NeedsPerson, PolicyGate, ProtectiveStopLog,
+                                               StateClock)
 from async_rl_ros.envs.safety import SafetyFilter
 import numpy as np
 
 __all__ = ['UR5RTDE', 'NeedsPerson', 'import_ur_rtde', 'controller_major']
 
 _LOG = logging.getLogger(__name__)
-_STALE = 'stale data', 'stale controller state'
 
 
 def import_ur_rtde() -> tuple[Any, Any, Any]:
@@ -96,7 +96,7 @@ def _check_ur_rtde() -> None:
                            f'{", ".join(missing)}): pip install ur-rtde==1.6.5')
 
 
-class UR5RTDE(Stopping, Moves, Recovery):
+class UR5RTDE(Stepping, Stopping, Moves, Recovery):
     """
     A physical UR5 behind a UR controller (CB3 or e-Series), supervised.
 
@@ -354,100 +354,3 @@ class UR5RTDE(Stopping, Moves, Recovery):
         if self.link is not None and not self._watchdog_on:
             with contextlib.suppress(RuntimeError):   # the supervisor restarts the script
                 self._arm_watchdog()
-
-    def _fresh_or(self, cause: Cause | None, sample: tuple | None = None
-                  ) -> tuple[ArmState | None, Cause | None]:
-        """
-        Read the state; a stale sample or a lost client becomes the cause (if none yet).
-
-        ``sample`` (or else the one the supervisor's verdict was drawn from just before) is
-        used when there is one (one request fewer per check).
-        """
-        sample, self._sample = sample or self._sample, None
-        try:
-            state = self._to_state(sample) if sample is not None else self.read()
-        except RuntimeError as exc:
-            if isinstance(exc, (NeedsPerson, BackendInterrupted)):
-                raise
-            return None, cause or ('lost link', f'lost the RTDE connection ({exc})')
-        if cause is None and self.clock.age(time.monotonic()) > self.dt:
-            cause = self._stale()
-        return state, cause
-
-    def _stale(self) -> Cause:
-        self._stop_motion()  # the next command would act on an old observation
-        self.events.append((time.monotonic(), 'stale', _STALE[1]))
-        self.budget.missed('stale')
-        return _STALE
-
-    def _checked(self, sample: tuple | None) -> tuple[ArmState | None, Cause | None]:
-        """Judge a sample: recover unless the controller runs; the state and the cause."""
-        if sample is not None and self._classify(sample)[0] is Verdict.RUN:
-            return self._fresh_or(None, sample)
-        return self._fresh_or(self._ensure_ready())
-
-    def _interrupt_step(self, cause: Cause) -> ArmState:
-        kind, why = cause
-        self.interrupted, self.interruption = why, kind
-        self.interruptions[kind] += 1
-        self._servo_target = None
-        self.budget.abandon()
-        state = self._require_fresh()
-        self.budget.observed(time.monotonic(), time.monotonic())
-        return state
-
-    def _command(self, qd: np.ndarray) -> tuple[bool, Cause | None]:
-        """
-        Send this step's command, checked against the newest sample in the same request.
-
-        :returns: whether the controller took it, and why it was not sent (``None``: sent).
-        """
-        if self.clock.offset is None:
-            self._require_fresh()   # no clock yet: the client could not judge the age
-        v = qd * self.scale
-        if self.rt.control_mode == 'servoj':
-            # Integrate the position targets (the trajectory the safety filter approved),
-            # anchored at the measured joints after every reset or interruption.
-            anchor = self._last_q if self._servo_target is None else self._servo_target
-            target = anchor + v * self.dt
-            method, args = 'servoJ', [_floats(target), 0.0, 0.0, self.dt,
-                                      self.rt.servoj_lookahead, self.rt.servoj_gain]
-        else:
-            target = None
-            method, args = 'speedJ', [_floats(v), self.rt.acceleration, self.dt]
-        start = time.monotonic()
-        try:
-            result, sample = self.link.request('command', method, args, self.clock.offset,
-                                               self.dt, HALT_MASK)
-        except RuntimeError as exc:   # LinkLost, or the client raised
-            _LOG.warning('command failed: %s', exc)
-            self.budget.abandon()
-            return False, self._ensure_ready() or ('command refused',
-                                                   f'the command failed ({exc})')
-        if result is None:   # not sent: the controller does not run, or the state is old
-            self.budget.abandon()
-            state, cause = self._checked(sample)
-            return False, cause or self._stale()
-        now = time.monotonic()
-        self._to_state(sample)
-        self.budget.commanded(now, now - start)
-        self._servo_target = target
-        return bool(result), None
-
-    def _wait_step(self) -> tuple | None:
-        """
-        Sleep (in the client) until the end of the RL step; return the sample read then.
-
-        Steps keep a fixed cadence of ``task.dt``: the time the supervisor and the env spend
-        comes out of the wait (the cadence restarts after a longer interruption).
-        """
-        now = time.monotonic()
-        if self._step_end is None or now - self._step_end > self.dt:
-            self._step_end = now  # first step, or after a pause: restart the cadence
-        self._step_end += self.dt
-        try:
-            return self.link.request('wait', self._step_end,
-                                     timeout=self._step_end - now + self.rt.client_timeout_s)
-        except RuntimeError as exc:
-            _LOG.warning('wait failed: %s', exc)  # the supervisor looks at the link next
-            return None
