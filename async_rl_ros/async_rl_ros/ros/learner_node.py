@@ -60,6 +60,7 @@ from async_rl_ros.core.learning.run_folder import open_run
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.transport.duplicates import RecentKeys
+from async_rl_ros.core.transport.worker_table import WorkerTable
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
@@ -77,7 +78,6 @@ from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionBatch,
                                          WeightsCommit, WorkerStatus)
 from diagnostic_msgs.msg import DiagnosticArray
-import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from std_msgs.msg import Float32
@@ -143,13 +143,12 @@ class LearnerNode(Node):
         self.tb.record_to(self.log_dir / RECORD,
                           self.learner.env_steps if self.run_folder.resumed else None)
 
-        self._lock = threading.Lock()  # worker / shard tables, metrics, resync requests
+        self._lock = threading.Lock()  # shard table, refusal counters, resync requests
         self.ingest_rejected: collections.Counter[str] = collections.Counter()
         self._seen_batches = RecentKeys(DUPLICATE_WINDOW)  # preprocessing thread only
-        self.workers: dict[int, dict[str, Any]] = {}
+        self.workers = WorkerTable()
         self.shards: dict[int, tuple[float, ShardStatus]] = {}
         self._resync: set[int] = set()
-        self._returns: list[tuple[float, int]] = []
         self._last_rates = (time.monotonic(), 0, 0)
         self._metric_pubs: dict[str, Any] = {}
         self._transition_subs: dict[str, Any] = {}
@@ -231,15 +230,8 @@ class LearnerNode(Node):
         for batch, worker_id, source in self.buffer.take():
             out.append(Received(batch, worker_id))
             acted = batch['policy_version']
-            with self._lock:
-                info = self.workers.setdefault(worker_id, {
-                    'transitions': 0, 'batches': 0, 'policy_version': -1, 'status': None,
-                    'status_time': 0.0})
-                info['transitions'] += len(batch['reward'])
-                info['batches'] += 1
-                info['source'] = source
-                info['last_seen'] = now
-                info['policy_version'] = int(acted.max()) if len(acted) else -1
+            self.workers.received(worker_id, len(batch['reward']),
+                                  int(acted.max()) if len(acted) else -1, source, now)
         return out
 
     def maintain(self, learner: Learner) -> None:
@@ -304,11 +296,8 @@ class LearnerNode(Node):
             judge it on held-out ones (at the budget's end; a shutdown exports the best
             evaluated one at once).
         """
-        with self._lock:
-            workers = len(self.workers)
-            received = [status_to_receiver_stats(w['status']) for w in self.workers.values()
-                        if w.get('status')]
-        extra = {'mode': 'ros2', 'workers': workers,
+        received = [status_to_receiver_stats(s) for s in self.workers.statuses()]
+        extra = {'mode': 'ros2', 'workers': len(self.workers),
                  'dropped_batches': int(self.buffer.dropped),
                  'rejected_batches': int(sum(self.ingest_rejected.values())),
                  'interrupted': not self.finished and
@@ -329,14 +318,7 @@ class LearnerNode(Node):
 
     # ------------------------------------------------------------------ status in
     def _on_worker_status(self, msg: WorkerStatus) -> None:
-        with self._lock:
-            info = self.workers.setdefault(int(msg.worker_id), {
-                'transitions': 0, 'batches': 0, 'policy_version': -1, 'last_seen': 0.0,
-                'source': msg.source})
-            info['status'] = msg
-            info['status_time'] = time.monotonic()
-            if msg.episodes:
-                self._returns.append((float(msg.episodic_return), int(msg.episodes)))
+        self.workers.reported(int(msg.worker_id), msg, time.monotonic())
 
     def _on_shard_status(self, msg: ShardStatus) -> None:
         with self._lock:
@@ -345,11 +327,6 @@ class LearnerNode(Node):
                 self._resync.add(int(msg.shard_id))
 
     # ------------------------------------------------------------------ metrics out
-    def _lags(self) -> list[int]:
-        version = self.learner.policy_version
-        return [version - w['policy_version'] for w in self.workers.values()
-                if w.get('policy_version', -1) >= 0]
-
     def metrics(self) -> dict[str, float]:
         """BatchSource: transport metrics for the loop's reports (TensorBoard)."""
         with self._lock:
@@ -365,30 +342,15 @@ class LearnerNode(Node):
         dt = max(now - then, 1e-6)
         self._last_rates = (now, learner.env_steps, learner.updates)
         out = dict(learner.metrics())
-        with self._lock:
-            out.update(self.loop.update_metrics)
-            returns, self._returns = self._returns, []
-            lags = self._lags()
-            statuses = [w['status'] for w in self.workers.values() if w.get('status')]
-            rejected_weights = sum(int(s.weights_rejected) for s in statuses)
-            ingest_rejected = sum(self.ingest_rejected.values())
+        out.update(self.loop.update_metrics)
+        out.update(self.workers.metrics(learner.policy_version))
         out['charts/samples_per_s'] = (learner.env_steps - steps) / dt
         out['charts/updates_per_s'] = (learner.updates - updates) / dt
-        if returns:
-            total = sum(n for _, n in returns)
-            out['charts/episodic_return'] = sum(r * n for r, n in returns) / total
-        if statuses:
-            out['charts/success_rate'] = float(np.mean([s.success_rate for s in statuses]))
         if self.loop.evaluations:  # the evaluator's latest score
             latest = self.loop.evaluations[-1].stats
             out['eval/success_rate'] = float(latest.success_rate)
             out[f'eval/final_{latest.rank.key}'] = float(latest.mean_final)
-        out['charts/policy_lag_mean'] = float(np.mean(lags)) if lags else 0.0
-        out['charts/policy_lag_max'] = float(max(lags)) if lags else 0.0
-        out['transport/dropped_batches'] = float(self.buffer.dropped)
-        out['transport/rejected_batches'] = float(ingest_rejected)
-        out['transport/rejected_weights'] = float(rejected_weights)
-        out['transport/workers'] = float(len(statuses))
+        out.update(self.metrics())
         return out
 
     def _metric_publisher(self, name: str) -> Any:
@@ -420,12 +382,11 @@ class LearnerNode(Node):
     def _publish_diagnostics(self) -> None:
         with self._lock:
             rejected = dict(self.ingest_rejected)
-            workers = {k: dict(v) for k, v in self.workers.items()}
             shards = dict(self.shards)
         array_ = DiagnosticArray()
         array_.header.stamp = self.get_clock().now().to_msg()
         array_.status = self.diagnostics.statuses(
-            time.monotonic(), rejected=rejected, workers=workers, shards=shards,
+            time.monotonic(), rejected=rejected, workers=self.workers.snapshot(), shards=shards,
             topics=len(self._transition_subs))
         self.diag_pub.publish(array_)
 
