@@ -135,8 +135,26 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('keystore', default_value='~/.ros/async_rl_ros_keystore',
                               description='SROS2 keystore made by tools/sros2_keystore.sh '
                               '(security:=true).'),
+        DeclareLaunchArgument('learner_stop_timeout', default_value='60',
+                              description='Seconds the learner has after Ctrl-C to write its '
+                              'final checkpoint, policy and summary before ros2 launch sends '
+                              'SIGTERM (SIGKILL 5 s later); a Ctrl-C during the final '
+                              'evaluation cuts it short. Raise it when checkpoints hold a '
+                              'large replay buffer (learner.checkpoint.save_replay_buffer).'),
     ]
     return LaunchDescription(args + [OpaqueFunction(function=_launch_setup)])
+
+
+def _stop_timeout(context) -> str:
+    """Return ``learner_stop_timeout``, checked: seconds, > 0 and <= 3600."""
+    text = _arg(context, 'learner_stop_timeout')
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0.0 < seconds <= 3600.0:
+        raise ConfigError('learner_stop_timeout', text, 'seconds > 0 and <= 3600')
+    return str(seconds)
 
 
 def _arg(context, name: str) -> str:
@@ -350,8 +368,11 @@ def _launch_setup(context) -> list:
             if values:
                 learner_params[section] = dict(values)
         learner_params.update(transport_params, **learner_overrides)
+        # ros2 launch's default (SIGTERM 5 s after SIGINT, SIGKILL 5 s later) can kill the
+        # learner while it saves: what it learned since the last checkpoint would be lost.
         entities.append(Node(package=PACKAGE, executable='learner', name='learner',
                              parameters=[learner_params], output='screen',
+                             sigterm_timeout=_stop_timeout(context),
                              **secure.get('learner', {})))
         for shard_id in range(transport.parameter_server.num_shards):
             entities.append(Node(package=PACKAGE, executable='param_server',

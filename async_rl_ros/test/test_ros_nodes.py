@@ -263,6 +263,33 @@ def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
     assert (run / 'policy.pt').is_file()
 
 
+def test_a_shutdown_during_the_final_evaluation_cuts_it_short(context, tmp_path):
+    """Ctrl-C while the budget's end evaluates: the node waits an episode, then saves once."""
+    import threading
+
+    learner = LearnerNode(parameter_overrides=[
+        Parameter('log_dir', value=str(tmp_path)), Parameter('eval_episodes', value=100000),
+        Parameter('final_eval_episodes', value=100000),
+        Parameter('checkpoint.directory', value=str(tmp_path / 'checkpoints')),
+        Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16])])
+    finish = threading.Thread(target=learner.save, kwargs={'evaluate': True})
+    try:
+        finish.start()
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.rglob('ckpt_*.pt')):  # written before the evaluation
+            assert time.monotonic() < deadline, 'no final checkpoint'
+            time.sleep(0.1)
+    finally:
+        learner.close()  # waits for that save, which the stop request cuts short
+        learner.destroy_node()
+    assert not finish.is_alive()
+    summary = json.loads((tmp_path / 'latest' / 'summary.json').read_text(encoding='utf-8'))
+    # The summary of the cut evaluation: close() did not save a second time over it.
+    assert summary['final_evaluation'].startswith('cut short: stopped after '), summary
+    assert 'eval_success_rate' not in summary
+    assert (tmp_path / 'latest' / 'policy.pt').is_file()
+
+
 def test_a_resumed_learner_keeps_its_best_snapshots_and_counts_versions_on(context, tmp_path):
     """``resume:=true`` takes back the evaluator's record, as ``async-rl-train --resume``."""
     import dataclasses

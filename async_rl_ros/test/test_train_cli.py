@@ -179,6 +179,27 @@ def test_ctrl_c_writes_a_final_checkpoint_and_exits_130(tmp_path):
     assert_saved(tmp_path)
 
 
+def test_ctrl_c_during_the_final_evaluation_cuts_it_short_and_still_exports(tmp_path):
+    """The budget is reached; a Ctrl-C while a (long) final evaluation runs waits an episode."""
+    proc = run_cli(tmp_path, '--steps', '300', '--mode', 'single',
+                   '--set', 'learner.final_eval_episodes=100000')
+    deadline = time.monotonic() + 300
+    # finish_run writes the final checkpoint first, then evaluates.
+    while not list((tmp_path / 'run' / 'ckpt').glob('ckpt_*.pt')):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert 'Traceback' not in err and 'SIGINT (Ctrl-C): stopping' in err, err
+    summary = json.loads((tmp_path / 'run' / 'latest' / 'summary.json').read_text())
+    assert re.fullmatch(r'cut short: stopped after \d+ of \d+ episodes',
+                        summary['final_evaluation']), summary['final_evaluation']
+    assert summary['interrupted'] is False and summary['env_steps'] >= 300
+    assert 'eval_success_rate' not in summary
+    assert_saved(tmp_path)
+
+
 @posix
 def test_sigterm_saves_everything_exits_143_and_stops_the_workers(tmp_path):
     proc = run_cli(tmp_path, '--steps', '1000000', '--workers', '1',

@@ -29,7 +29,7 @@ import queue
 from typing import Any, Sequence
 
 from async_rl_ros.core.config import EnvWorkerConfig
-from async_rl_ros.core.learning.evaluation import EpisodeStats
+from async_rl_ros.core.learning.evaluation import EpisodeStats, EvaluationStopped
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.local.lifecycle import child_entry
 
@@ -46,7 +46,9 @@ def _evaluator_main(env_flat: dict, hidden: Sequence[int], episodes: int, jobs: 
 
     torch.set_num_threads(1)
     env, spec = evaluation_env(EnvWorkerConfig.from_flat(env_flat))  # never a real arm
-    evaluator = PolicyEvaluator(env, hidden, episodes, rank=spec.rank)
+    # A stop ends the snapshot being scored after its current episode: close() need not wait.
+    evaluator = PolicyEvaluator(env, hidden, episodes, rank=spec.rank,
+                                should_stop=lambda: bool(stop.value))
     try:
         while not stop.value:
             try:
@@ -54,6 +56,8 @@ def _evaluator_main(env_flat: dict, hidden: Sequence[int], episodes: int, jobs: 
             except queue.Empty:
                 continue
             results.put((state.version, evaluator.score(state)))
+    except EvaluationStopped:
+        pass
     finally:
         env.close()
 

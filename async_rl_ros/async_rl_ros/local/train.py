@@ -169,19 +169,22 @@ class LocalRun:
         while self._stoppers:
             self._stoppers.pop(0)()
 
-    def finish(self, extra: dict[str, Any], skip_evaluation: str = ''
+    def finish(self, extra: dict[str, Any], skip_evaluation: str = '',
+               should_stop: Callable[[], bool] | None = None
                ) -> tuple[RunResult, EpisodeStats]:
         """
         Score the last policy, export the best, evaluate it on held-out episodes.
 
         :param extra: more summary entries.
         :param skip_evaluation: why the final evaluation is skipped (see ``finish_run``).
+        :param should_stop: a stop request that cuts the final evaluation short.
         """
         extra = {'mode': self.mode, **self.spec.describe(), **extra}
         extra.update(self.source.summary())  # workers, weights received
+        evaluate = final_evaluation(self.eval_env, self.cfg, self.spec.rank, should_stop)
         run = finish_run(self.loop, Path(self.cfg.log_dir), title=self.title,
-                         evaluate=final_evaluation(self.eval_env, self.cfg, self.spec.rank),
-                         extra=extra, rank=self.spec.rank, skip_evaluation=skip_evaluation)
+                         evaluate=evaluate, extra=extra, rank=self.spec.rank,
+                         skip_evaluation=skip_evaluation)
         return run, run.evaluation or EpisodeStats()
 
     def close(self) -> None:
@@ -235,20 +238,22 @@ def _train_in(folder: RunFolder, env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
 
         loop.on_report = on_report
         start = time.perf_counter()
-        try:
-            with stop_scope(stop) as flag:
+        with stop_scope(stop) as flag:
+            try:
                 # An expected failure (training diverged, a robot that needs a person) is
                 # recorded, the last good state restored, and everything saved as after Ctrl-C.
                 with flag.contain(lambda exc: restore_last_good(learner, flag)):
                     run.run(should_stop=flag)
-                interrupted = flag.requested or flag.failure is not None
-                # A stop signal wants the process gone within seconds (docker stop: 10 s).
-                signalled = (flag.reason or '') if flag.signum else ''
-        finally:
-            bar.close()
-        result, evaluation = run.finish(
-            {'interrupted': interrupted,
-             'seconds_training': round(time.perf_counter() - start, 3)}, signalled)
+            finally:
+                bar.close()
+            interrupted = flag.requested or flag.failure is not None
+            # A stop signal wants the process gone within seconds (docker stop: 10 s); one
+            # that arrives during the final evaluation cuts it short (an episode at most).
+            signalled = (flag.reason or '') if flag.signum else ''
+            result, evaluation = run.finish(
+                {'interrupted': interrupted,
+                 'seconds_training': round(time.perf_counter() - start, 3)}, signalled,
+                should_stop=lambda: flag.signum is not None)
     finally:
         run.close()
     return TrainResult(run=result, evaluation=evaluation, interrupted=interrupted)

@@ -176,6 +176,7 @@ class LearnerNode(Node):
         self.create_timer(1.0 / self.transport.metrics_hz, self._publish_metrics)
         self.create_timer(1.0 / self.transport.diagnostics_hz, self._publish_diagnostics)
         self._stop = threading.Event()
+        self._saving = threading.Lock()  # one save at a time: the budget's end or shutdown
         self.evaluator = (EvaluatorProcess(self.eval_env_cfg, self.cfg.sac.hidden_sizes,
                                            self.cfg.eval_episodes)
                           if self.cfg.eval_every else None)
@@ -294,8 +295,13 @@ class LearnerNode(Node):
 
         :param evaluate: score the last policy, choose the export on selection episodes and
             judge it on held-out ones (at the budget's end; a shutdown exports the best
-            evaluated one at once).
+            evaluated one at once, and one during this evaluation cuts it short).
         """
+        with self._saving:
+            if not self.finished:
+                self._save(evaluate)
+
+    def _save(self, evaluate: bool) -> None:
         received = [status_to_receiver_stats(s) for s in self.workers.statuses()]
         extra = {'mode': 'ros2', 'workers': len(self.workers),
                  'dropped_batches': int(self.buffer.dropped),
@@ -310,7 +316,8 @@ class LearnerNode(Node):
         try:
             finish_run(self.loop, self.log_dir, title=f'{self.spec.name}, SAC over ROS 2',
                        extra=extra, rank=self.spec.rank,
-                       evaluate=final_evaluation(env, self.cfg, self.spec.rank) if env else None)
+                       evaluate=final_evaluation(env, self.cfg, self.spec.rank,
+                                                 self._stop.is_set) if env else None)
         finally:
             if env is not None:
                 env.close()
@@ -399,8 +406,7 @@ class LearnerNode(Node):
         if self.evaluator is not None:
             self.evaluator.close()
         try:
-            if not self.finished:  # the budget's end wrote everything
-                self.save()
+            self.save()  # unless the budget's end wrote everything (it waits for that save)
         except Exception as exc:  # noqa: B902 -- shutting down: report, never hang
             self.get_logger().error(f'final checkpoint failed: {exc}')
         finally:

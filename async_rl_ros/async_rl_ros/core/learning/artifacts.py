@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from async_rl_ros.core.learning.evaluation import EpisodeStats, Evaluation
+from async_rl_ros.core.learning.evaluation import EpisodeStats, Evaluation, EvaluationStopped
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import plot_learning_curve
@@ -130,33 +130,33 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     :param skip_evaluation: why the final evaluation is skipped (a stop signal: the process
         must be gone within seconds, and a hundred episodes take a minute), said in the
         summary as ``final_evaluation``; the best policy scored during the run is exported.
+        An evaluation that ``evaluate`` ends with :class:`EvaluationStopped` (a stop request
+        arrived while it ran) is cut short the same way: the export is the best policy scored
+        so far, chosen on the selection episodes when they were all run.
     """
     learner = loop.learner
     checkpoint = loop.save_checkpoint()
-    if skip_evaluation:
-        evaluate = None
-    current = learner.policy_state(evaluated=True)
-    last, also = None, []
-    if evaluate is not None and current is not None:
-        last = evaluate(current, 'evaluator')
-        also.append(loop.record_evaluation(current, last))
-        compete = learner.sac.actor_average is not None and learner.cfg.export_candidates > 1
-        online = learner.policy_state() if compete else None
-        if online is not None:  # scored alike, kept out of the evaluator's record
-            also.append(Evaluation(online, evaluate(online, 'evaluator'), learner.env_steps,
-                                   online=True))
-    best, candidates = loop.best_evaluation, []
-    if evaluate is not None:
-        best, candidates = select_export(loop, evaluate, learner.cfg.export_candidates, also)
-    held_out = evaluate(best.state, 'held_out') if evaluate is not None and best else None
+    scored: list[Evaluation] = []
+    best, candidates, held_out = None, [], None
+    note = f'skipped: {skip_evaluation}' if skip_evaluation else ''
+    if evaluate is not None and not skip_evaluation:
+        try:
+            scored = _score_last(loop, evaluate)
+            best, candidates = select_export(loop, evaluate, learner.cfg.export_candidates,
+                                             scored)
+            held_out = evaluate(best.state, 'held_out') if best else None
+        except EvaluationStopped as exc:
+            note = f'cut short: {exc}'
+    last = scored[0].stats if scored else None
+    best = best or loop.best_evaluation
     policy = export_policy(learner, best.state if best else None, log_dir / 'policy.pt')
     curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
                                 title=title, rank=rank)
     summary: dict[str, Any] = dict(loop.totals())
     if held_out is not None:
         summary.update(evaluation_summary(held_out))
-    if skip_evaluation:
-        summary['final_evaluation'] = f'skipped: {skip_evaluation}'
+    if note:
+        summary['final_evaluation'] = note
     if last is not None:
         summary['last_policy_success_rate'] = last.success_rate
     if best is not None:
@@ -173,6 +173,28 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     loop.logger.close()
     return RunResult(summary=summary, checkpoint=checkpoint, policy=policy, curve=curve,
                      summary_path=path, log_dir=log_dir, evaluation=held_out)
+
+
+def _score_last(loop: TrainingLoop, evaluate: Callable[[PolicyState, str], EpisodeStats]
+                ) -> list[Evaluation]:
+    """
+    Score the last policy on the evaluator's episodes, its online actor too where it competes.
+
+    The evaluated actor joins the evaluator's record; the online actor is scored alike but kept
+    out of it.
+
+    :returns: the last policy's evaluation first; none before the first update.
+    """
+    learner = loop.learner
+    current = learner.policy_state(evaluated=True)
+    if current is None:
+        return []
+    scored = [loop.record_evaluation(current, evaluate(current, 'evaluator'))]
+    if learner.sac.actor_average is not None and learner.cfg.export_candidates > 1:
+        online = learner.policy_state()
+        scored.append(Evaluation(online, evaluate(online, 'evaluator'), learner.env_steps,
+                                 online=True))
+    return scored
 
 
 def select_export(loop: TrainingLoop, evaluate: Callable[[PolicyState, str], EpisodeStats],

@@ -32,7 +32,7 @@ from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import numpy as np
 
-__all__ = ['EpisodeStats', 'EpisodeTracker', 'Evaluation', 'run_episodes']
+__all__ = ['EpisodeStats', 'EpisodeTracker', 'Evaluation', 'EvaluationStopped', 'run_episodes']
 
 
 @dataclasses.dataclass
@@ -153,9 +153,13 @@ class EpisodeTracker:
         return sum(recent) / len(recent) if recent else 0.0
 
 
+class EvaluationStopped(RuntimeError):
+    """A stop request ended :func:`run_episodes` between two episodes."""
+
+
 def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes: int,
-                 seed: int, progress: bool = False,
-                 rank: RankMetric = FINAL_DISTANCE) -> EpisodeStats:
+                 seed: int, progress: bool = False, rank: RankMetric = FINAL_DISTANCE,
+                 should_stop: Callable[[], bool] | None = None) -> EpisodeStats:
     """
     Run ``episodes`` episodes of ``policy`` on ``env`` and collect statistics.
 
@@ -165,6 +169,8 @@ def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes:
     :param episodes: number of episodes; episode ``k`` is reset with seed ``seed + k``.
     :param progress: show a progress bar.
     :param rank: the task's rank metric.
+    :param should_stop: asked before every episode; ``True`` raises :class:`EvaluationStopped`
+        (a stopping process waits one episode at most, not the whole evaluation).
     """
     from tqdm import tqdm
 
@@ -173,6 +179,9 @@ def run_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray], episodes:
     bar = tqdm(range(episodes), desc='episodes', unit='ep', disable=not progress,
                dynamic_ncols=True)
     for ep in bar:
+        if should_stop is not None and should_stop():
+            bar.close()
+            raise EvaluationStopped(f'stopped after {ep} of {episodes} episodes')
         obs, info = env.reset(seed=seed + ep)
         total, done = 0.0, False
         while not done:

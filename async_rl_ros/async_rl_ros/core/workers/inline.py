@@ -113,11 +113,15 @@ class PolicyEvaluator:
     :param episodes: episodes per snapshot.
     :param seed: reset seed of the first episode (episode ``k`` uses ``seed + k``).
     :param rank: the task's rank metric.
+    :param should_stop: asked before every episode; ``True`` ends :meth:`score` with
+        :class:`~async_rl_ros.core.learning.evaluation.EvaluationStopped`.
     """
 
     def __init__(self, env: Any, hidden: Sequence[int], episodes: int, seed: int = EVAL_SEED,
-                 rank: RankMetric = FINAL_DISTANCE):
+                 rank: RankMetric = FINAL_DISTANCE,
+                 should_stop: Callable[[], bool] | None = None):
         self.env, self.episodes, self.seed, self.rank = env, int(episodes), int(seed), rank
+        self.should_stop = should_stop
         obs_dim = env.observation_space.shape[0]
         act_dim = env.action_space.shape[0]
         self.policy = WorkerPolicy(obs_dim, act_dim, hidden)
@@ -127,7 +131,8 @@ class PolicyEvaluator:
         """Run the episodes with ``state``'s deterministic policy; return their statistics."""
         self.policy.load(state)
         return run_episodes(self.env, lambda o: self.policy.act(o, deterministic=True),
-                            self.episodes, seed=self.seed, rank=self.rank)
+                            self.episodes, seed=self.seed, rank=self.rank,
+                            should_stop=self.should_stop)
 
     def submit(self, state: PolicyState) -> bool:
         """Score ``state`` now (inline); the result comes with the next :meth:`poll`."""
@@ -140,7 +145,8 @@ class PolicyEvaluator:
         return out
 
 
-def final_evaluation(env: Any, cfg: LearnerConfig, rank: RankMetric = FINAL_DISTANCE
+def final_evaluation(env: Any, cfg: LearnerConfig, rank: RankMetric = FINAL_DISTANCE,
+                     should_stop: Callable[[], bool] | None = None
                      ) -> Callable[[PolicyState, str], EpisodeStats]:
     """
     Return the final evaluation ``evaluate(state, split)`` that ``finish_run`` takes.
@@ -155,14 +161,16 @@ def final_evaluation(env: Any, cfg: LearnerConfig, rank: RankMetric = FINAL_DIST
     :param env: the evaluation environment (a simulated arm).
     :param cfg: the ``learner`` section.
     :param rank: the task's rank metric.
+    :param should_stop: a stop request (Ctrl-C, a node shutting down), asked before every
+        episode: ``finish_run`` then cuts the evaluation short and exports what it has.
     """
     hidden = cfg.sac.hidden_sizes
-    evaluators = {
-        'evaluator': PolicyEvaluator(env, hidden, cfg.eval_episodes, seed=EVAL_SEED, rank=rank),
-        'selection': PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=SELECTION_SEED,
-                                     rank=rank),
-        'held_out': PolicyEvaluator(env, hidden, cfg.final_eval_episodes, seed=HELD_OUT_SEED,
-                                    rank=rank)}
+    evaluators = {split: PolicyEvaluator(env, hidden, episodes, seed=seed, rank=rank,
+                                         should_stop=should_stop)
+                  for split, episodes, seed in (
+                      ('evaluator', cfg.eval_episodes, EVAL_SEED),
+                      ('selection', cfg.final_eval_episodes, SELECTION_SEED),
+                      ('held_out', cfg.final_eval_episodes, HELD_OUT_SEED))}
 
     def evaluate(state: PolicyState, split: str) -> EpisodeStats:
         return evaluators[split].score(state)
