@@ -64,6 +64,7 @@ from async_rl_ros.core.learning.doctor.checks import (all_finite, cosine_similar
                                                       params_finite, update_ratio)
 from async_rl_ros.core.learning.doctor.doctor import Doctor
 from async_rl_ros.core.learning.doctor.interface import DoctorEvent, Knobs, TrainingDiverged
+from async_rl_ros.core.learning.doctor.record import DoctorRecord
 from async_rl_ros.core.learning.doctor.remedies import RemedyLedger
 from async_rl_ros.core.learning.doctor.state import GoodState, ParamDeltaTracker, RunningStats
 
@@ -76,6 +77,7 @@ __all__ = [
     'RunningStats',
     'ParamDeltaTracker',
     'TrainingDiverged',
+    'DoctorRecord',
     'Doctor',
     'all_finite',
     'params_finite',
