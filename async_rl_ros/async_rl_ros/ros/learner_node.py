@@ -306,8 +306,7 @@ class LearnerNode(Node):
         extra = {'mode': 'ros2', 'workers': len(self.workers),
                  'dropped_batches': int(self.buffer.dropped),
                  'rejected_batches': int(sum(self.ingest_rejected.values())),
-                 'interrupted': not self.finished and
-                 self.learner.env_steps < self.cfg.total_env_steps}
+                 'interrupted': self.learner.env_steps < self.cfg.total_env_steps}
         if self.warm_start:
             extra['warm_start'] = self.warm_start
         extra.update(weights_summary(received, self.committer.fp32_bytes))
