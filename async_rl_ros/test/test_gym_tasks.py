@@ -25,7 +25,7 @@ import pickle
 import warnings
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
-from async_rl_ros.envs import goal_view  # importing async_rl_ros.envs registers our ids
+from async_rl_ros.envs import display  # importing async_rl_ros.envs registers our ids
 from async_rl_ros.envs.goal_view import GoalDictView, GYM_ENVS, register_envs
 from async_rl_ros.envs.gym_task import GymGoalSpec, GymGoalTask
 from async_rl_ros.envs.tasks import get_task, resolve_task
@@ -254,7 +254,7 @@ def test_rgb_array_render_needs_no_display(make, monkeypatch):
 def test_human_render_is_refused_without_a_display(monkeypatch):
     """A PyBullet GUI without a display hangs: refuse it, and do not advertise it."""
     monkeypatch.delenv('DISPLAY', raising=False)
-    monkeypatch.setattr(goal_view.sys, 'platform', 'linux')
+    monkeypatch.setattr(display.sys, 'platform', 'linux')
     with pytest.raises(ConfigError, match='render_mode'):
         gym.make(REACH_ID, render_mode='human')
     with pytest.raises(ConfigError, match='render_mode'):

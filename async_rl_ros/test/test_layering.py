@@ -100,3 +100,57 @@ def test_importing_the_core_loads_no_task():
     _import_in_fresh_process(names, [], [
         'loaded = sorted(m for m in sys.modules if m.startswith("async_rl_ros.envs"))',
         'assert not loaded, loaded'])
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """
+    Return which module of the package imports which, deferred imports included.
+
+    ``from PKG import NAME`` counts as an import of ``PKG.NAME`` where that is a module.
+    Packages (``__init__``) only hand names on and are left out: an import of one is no edge.
+    """
+    files = {}
+    for path in sorted(PACKAGE.rglob('*.py')):
+        parts = path.relative_to(PACKAGE).with_suffix('').parts
+        if parts[-1] != '__init__':
+            files['.'.join(('async_rl_ros',) + parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f'{node.module}.{alias.name}' if f'{node.module}.{alias.name}'
+                           in files else node.module for alias in node.names]
+            else:
+                continue
+            edges.update(t for t in targets if t in files and t != name)
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    """
+    The modules form layers: no circle of imports, not even through deferred imports.
+
+    A task's rules sit below its env and its plug-in above it (``envs/ur5_tasks.py``); a
+    circle would mean one of them reaches both ways.
+    """
+    graph = _module_graph()
+    assert 'async_rl_ros.envs.reach_env' in graph['async_rl_ros.envs.ur5_tasks']
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for other in sorted(graph[name]):
+            if state.get(other) == 1:
+                circles.append(path[path.index(other):] + [other])
+            elif other not in state:
+                visit(other, path + [other])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not circles, '\n'.join(' -> '.join(c) for c in circles)

@@ -19,9 +19,10 @@ import math
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
 from async_rl_ros.envs.factory import check_config
 from async_rl_ros.envs.reach_env import make_reach_env, UR5ReachEnv
-from async_rl_ros.envs.reach_task import OBS_DIM, OBS_SLICES, UR5ReachTask
+from async_rl_ros.envs.reach_task import OBS_DIM, OBS_SLICES
 from async_rl_ros.envs.scripted import ScriptedReachPolicy
 from async_rl_ros.envs.ur5_kinematics import fk, fk_position
+from async_rl_ros.envs.ur5_tasks import UR5ReachTask
 from gymnasium.utils.env_checker import check_env
 import numpy as np
 import pytest

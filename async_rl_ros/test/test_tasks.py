@@ -29,8 +29,8 @@ import textwrap
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
 from async_rl_ros.core.tasks import FINAL_DISTANCE, GoalSpec, RankMetric, Task, TaskSpec
 from async_rl_ros.envs.factory import build_env, build_worker
-from async_rl_ros.envs.reach_task import UR5ReachTask
 from async_rl_ros.envs.tasks import ENTRY_POINT_GROUP, get_task, resolve_task, task_names
+from async_rl_ros.envs.ur5_tasks import UR5ReachTask
 import numpy as np
 import pytest
 

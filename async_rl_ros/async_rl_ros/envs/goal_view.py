@@ -39,17 +39,16 @@ length also needs ``max_episode_steps=`` (the registered time limit is the defau
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from async_rl_ros.core.options import ConfigError
+from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.tasks import TaskSpec
+from async_rl_ros.envs.display import check_render_mode, render_modes
+from async_rl_ros.envs.tasks import get_task
 import gymnasium as gym
 import numpy as np
 
-__all__ = ['GoalDictView', 'GymEnvRow', 'GYM_ENVS', 'register_envs', 'make_goal_env',
-           'has_display', 'render_modes', 'check_render_mode']
+__all__ = ['GoalDictView', 'GymEnvRow', 'GYM_ENVS', 'register_envs', 'make_goal_env']
 
 
 class GymEnvRow(NamedTuple):
@@ -65,33 +64,6 @@ GYM_ENVS: tuple[GymEnvRow, ...] = (
     GymEnvRow('async_rl_ros/UR5Push-v0', 'push'),
     GymEnvRow('async_rl_ros/UR5PickAndPlace-v0', 'pick_and_place'),
 )
-
-
-def has_display() -> bool:
-    """Tell whether a window can open (on Linux: ``$DISPLAY`` is set; elsewhere: yes)."""
-    return not sys.platform.startswith('linux') or bool(os.environ.get('DISPLAY'))
-
-
-def render_modes(modes: Sequence[str]) -> list[str]:
-    """
-    Return the render modes of ``modes`` that work here: ``human`` needs a display.
-
-    A PyBullet GUI asked for without a display does not fail, it hangs; so ``human`` is
-    neither advertised (Gymnasium's ``check_env`` tries every mode the metadata lists) nor
-    accepted (:func:`check_render_mode`) where no window can open.
-    """
-    return [m for m in modes if m != 'human' or has_display()]
-
-
-def check_render_mode(render_mode: str | None) -> None:
-    """
-    Refuse ``render_mode='human'`` where no window can open (instead of hanging).
-
-    :raises ConfigError: naming ``render_mode``.
-    """
-    if render_mode == 'human' and not has_display():
-        raise ConfigError('render_mode', render_mode, "rgb_array or None: 'human' opens a "
-                          'window and $DISPLAY is not set')
 
 
 def _box(low: np.ndarray, high: np.ndarray) -> gym.spaces.Box:
@@ -238,9 +210,6 @@ def make_goal_env(task: str, render_mode: str | None = None, **flat: Any) -> Goa
     :param render_mode: Gymnasium's render mode.
     :param flat: dotted ``env_worker`` keys to override (``**{'task.control_hz': 50.0}``).
     """
-    from async_rl_ros.core.config import EnvWorkerConfig
-    from async_rl_ros.envs.tasks import get_task
-
     check_render_mode(render_mode)
     cfg = EnvWorkerConfig()
     if 'task.name' in cfg.to_flat():
@@ -255,8 +224,6 @@ def make_goal_env(task: str, render_mode: str | None = None, **flat: Any) -> Goa
 
 def _max_episode_steps(task: str) -> int | None:
     """Return the default configuration's episode length (steps) for task ``task``."""
-    from async_rl_ros.core.config import EnvWorkerConfig
-
     return getattr(EnvWorkerConfig().task, 'max_episode_steps', None)
 
 

@@ -29,14 +29,12 @@ A Gymnasium goal-conditioned env flattened as the learner sees every task (``gym
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, TYPE_CHECKING
+from typing import Any, Mapping
 
-from async_rl_ros.envs.goal_view import render_modes
+from async_rl_ros.core.tasks import GoalSpec
+from async_rl_ros.envs.display import render_modes
 import gymnasium as gym
 import numpy as np
-
-if TYPE_CHECKING:
-    from async_rl_ros.envs.gym_task import GymGoalSpec
 
 __all__ = ['FlatGoalEnv', 'GOAL_KEYS']
 
@@ -75,10 +73,11 @@ class FlatGoalEnv(gym.Env):
     A goal-conditioned env seen as the learner sees every task (see the module docstring).
 
     :param env: the goal-conditioned env (as ``gymnasium.make`` built it).
-    :param goal: its :class:`GymGoalSpec` (success where the env's ``info`` lacks it).
+    :param goal: its goal spec (:class:`~async_rl_ros.envs.gym_task.GymGoalSpec`): success
+        where the env's ``info`` lacks it.
     """
 
-    def __init__(self, env: Any, goal: GymGoalSpec):
+    def __init__(self, env: Any, goal: GoalSpec):
         self.env = env
         self.goal = goal
         space = env.observation_space

@@ -44,7 +44,7 @@ from typing import Any, Mapping
 
 from async_rl_ros.core.options import ConfigError
 from async_rl_ros.core.tasks import FINAL_DISTANCE, TaskSpec
-from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.display import check_render_mode
 from async_rl_ros.envs.gym_flat_env import FlatGoalEnv, GOAL_KEYS
 import gymnasium as gym
 import numpy as np

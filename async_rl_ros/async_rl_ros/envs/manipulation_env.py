@@ -38,7 +38,7 @@ from typing import Any
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.cartesian import ArmAction
-from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.display import check_render_mode
 from async_rl_ros.envs.live_config import LiveConfig
 from async_rl_ros.envs.manipulation_task import (CUBE_SIZE, ManipulationTask, OBS_DIM,
                                                  OBS_SLICES, TABLE_TOP)

@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-The tasks that move a cube: ``push`` and ``pick_and_place``, their goals and plug-ins.
+The tasks that move a cube, ``push`` and ``pick_and_place``: their layout, goal and rules.
 
 Observation (float32, 37 values, base frame):
 
@@ -38,13 +38,14 @@ velocities, ``joint``; see :mod:`~async_rl_ros.envs.cartesian`) then ``gripper``
 (:class:`CubeGoalSpec`) is the cube's position: success within
 ``manipulation.success_distance`` of the target (5 cm, the Fetch and panda-gym convention),
 the reward sparse (-1 until then, 0) or shaped with the design write-up's
-``0.5 * (1 - tanh(d / 0.1))``.
+``0.5 * (1 - tanh(d / 0.1))``. The plug-ins, which build the cell, are in
+:mod:`~async_rl_ros.envs.ur5_tasks`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, ManipulationConfig
 from async_rl_ros.core.tasks import FINAL_DISTANCE, layout_slices, TaskSpec
@@ -53,9 +54,8 @@ from async_rl_ros.envs.reach_task import check_starts
 from async_rl_ros.envs.ur5_urdf import FINGERTIP
 import numpy as np
 
-__all__ = ['OBS_LAYOUT', 'OBS_SLICES', 'CubeGoalSpec', 'ManipulationTask', 'UR5PushTask',
-           'UR5PickAndPlaceTask', 'GOAL_DRAWS', 'TABLE_TOP', 'CUBE_SIZE', 'CUBE_MASS',
-           'REST_HEIGHT', 'CellState']
+__all__ = ['OBS_LAYOUT', 'OBS_SLICES', 'CubeGoalSpec', 'ManipulationTask', 'GOAL_DRAWS',
+           'TABLE_TOP', 'CUBE_SIZE', 'CUBE_MASS', 'REST_HEIGHT', 'CellState']
 
 TABLE_TOP = 0.025   # m above the robot's mounting plane
 CUBE_SIZE = 0.05    # m, edge
@@ -130,12 +130,15 @@ class CubeGoalSpec:
 
 
 class ManipulationTask:
-    """A task plug-in that moves the cube; subclasses say whether targets may be in the air."""
+    """
+    The rules of a task that moves the cube: its spec, its checks, its targets.
+
+    Subclasses name the task and say whether targets may be in the air
+    (:class:`~async_rl_ros.envs.ur5_tasks.UR5PushTask`, ``UR5PickAndPlaceTask``).
+    """
 
     name = ''
     in_air = False
-    #: A physical cell needs the cube's pose from outside (``make_env(object_pose=...)``).
-    object_pose = True
 
     def spec(self, cfg: EnvWorkerConfig) -> TaskSpec:
         """Describe the task: layouts, the cube's goal, final distance as rank metric."""
@@ -177,44 +180,3 @@ class ManipulationTask:
             if np.linalg.norm(goal - start) >= cfg.success_distance:
                 break
         return goal
-
-    def scripted(self, env: Any) -> Callable[[np.ndarray], np.ndarray]:
-        """
-        Return the scripted controller of the task (cartesian actions only).
-
-        :raises ConfigError: ``task.action`` is ``joint``.
-        """
-        from async_rl_ros.envs.scripted import ScriptedPickPolicy, ScriptedPushPolicy
-        cfg = env.unwrapped.cfg.task
-        if cfg.action != 'cartesian':
-            raise ConfigError('task.action', cfg.action, 'cartesian for the scripted '
-                              'controller')
-        script = ScriptedPickPolicy if self.in_air else ScriptedPushPolicy
-        return script(cfg.ee_speed)
-
-    def make_env(self, cfg: EnvWorkerConfig, *, gate: Any = None,
-                 render_mode: str | None = None, object_pose: Any = None) -> Any:
-        """
-        Build the cell for this task: simulated, or physical (``backend: ur5``).
-
-        :param gate: the policy gate of a learning worker on a physical arm.
-        :param object_pose: the :class:`~async_rl_ros.envs.object_pose.PoseBoard` the
-            transport feeds with the cube's pose; a physical cell needs one.
-        """
-        from async_rl_ros.envs.manipulation_env import UR5ManipulationEnv
-        return UR5ManipulationEnv(cfg, self, render_mode=render_mode, gate=gate,
-                                  object_pose=object_pose)
-
-
-class UR5PushTask(ManipulationTask):
-    """``push``: slide the cube to a target on the table."""
-
-    name = 'push'
-    in_air = False
-
-
-class UR5PickAndPlaceTask(ManipulationTask):
-    """``pick_and_place``: carry the cube to a target, ``air_fraction`` of them in the air."""
-
-    name = 'pick_and_place'
-    in_air = True

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
 from async_rl_ros.envs.cartesian import ArmAction
-from async_rl_ros.envs.goal_view import check_render_mode
+from async_rl_ros.envs.display import check_render_mode
 from async_rl_ros.envs.live_config import ConfigChange, LIMIT_KEYS, LiveConfig
 from async_rl_ros.envs.reach_task import check_starts, OBS_HIGH, OBS_LOW, ReachTask
 from async_rl_ros.envs.safety import SafetyFilter

@@ -33,11 +33,11 @@ down) or six joint velocities (``joint``); see :mod:`~async_rl_ros.envs.cartesia
 Reward per step: ``-w_d * d + w_s * 0.5 * (1 - tanh(d / s)) - w_a * ||a||^2`` with
 ``d = ||g - p||`` (m); success when ``d < success_distance``.
 
-:class:`UR5ReachTask` is the task's plug-in (``env_worker.task.name: reach``): its spec's
 :class:`ReachGoalSpec` describes the goal to hindsight relabeling
 (:class:`~async_rl_ros.core.tasks.GoalSpec`): the achieved goal is ``p``, a new goal ``g'`` is
 written to ``obs[15:18]`` and ``obs[18:21] = g' - p``, and the reward is
-:meth:`ReachTask.reward` of the distance between them.
+:meth:`ReachTask.reward` of the distance between them. The task's plug-in, which builds
+its env, is :class:`~async_rl_ros.envs.ur5_tasks.UR5ReachTask`.
 """
 
 from __future__ import annotations
@@ -48,15 +48,14 @@ import operator
 from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, TaskConfig
-from async_rl_ros.core.tasks import FINAL_DISTANCE, layout_slices, TaskSpec
+from async_rl_ros.core.tasks import layout_slices
 from async_rl_ros.envs.arm import ArmState
-from async_rl_ros.envs.cartesian import ARM_ACT_DIMS
 from async_rl_ros.envs.safety import start_fit
 from async_rl_ros.envs.ur5_kinematics import JOINT_LIMIT, SPEED_LIMIT
 import numpy as np
 
 __all__ = ['OBS_DIM', 'OBS_LOW', 'OBS_HIGH', 'OBS_LAYOUT', 'OBS_SLICES',
-           'ReachTask', 'START_TRIES', 'ReachGoalSpec', 'UR5ReachTask', 'check_starts',
+           'ReachTask', 'START_TRIES', 'ReachGoalSpec', 'check_starts',
            'MIN_START_FIT', 'START_DRAWS']
 
 OBS_LAYOUT = (('q', 6), ('qd', 6), ('ee_pos', 3), ('target', 3), ('to_target', 3))
@@ -223,38 +222,3 @@ def check_starts(cfg: EnvWorkerConfig, tool_length: float = 0.0,
                           f'a noise for which at least {MIN_START_FIT} of {START_DRAWS} '
                           f'starts home_q +- home_noise lie within the safety limits and '
                           f'box, only {fit} do: lower it or widen safety.workspace_*')
-
-
-class UR5ReachTask:
-    """The ``reach`` task plug-in: the UR5 flange to a point, simulated or real."""
-
-    name = 'reach'
-
-    def spec(self, cfg: EnvWorkerConfig) -> TaskSpec:
-        """Describe the reach task: layouts, goal spec, final distance as rank metric."""
-        arm = ARM_ACT_DIMS[cfg.task.action]
-        return TaskSpec(self.name, OBS_LAYOUT, (('arm', arm),), ReachGoalSpec(cfg.task),
-                        FINAL_DISTANCE, real_arm=True, goal_free=('q', 'qd', 'ee_pos'))
-
-    def check(self, cfg: EnvWorkerConfig) -> None:
-        """Refuse start poses the safety limits reject (see :func:`check_starts`)."""
-        check_starts(cfg)
-
-    def scripted(self, env: Any) -> Callable[[np.ndarray], np.ndarray]:
-        """Return the resolved-rate reach controller for ``env``'s action."""
-        from async_rl_ros.envs.scripted import ScriptedReachPolicy
-        task = env.unwrapped.cfg.task
-        if task.action == 'cartesian':
-            return ScriptedReachPolicy(ee_speed=task.ee_speed)
-        return ScriptedReachPolicy(np.asarray(env.unwrapped.speed))
-
-    def make_env(self, cfg: EnvWorkerConfig, *, gate: Any = None,
-                 render_mode: str | None = None) -> Any:
-        """Build the reach env on ``cfg.backend``; a physical arm acts behind ``gate``."""
-        from async_rl_ros.envs.reach_env import UR5ReachEnv
-
-        backend = None
-        if cfg.backend == 'ur5':
-            from async_rl_ros.envs.ur5_rtde import UR5RTDE
-            backend = UR5RTDE(cfg, gate=gate)
-        return UR5ReachEnv(cfg, backend=backend, render_mode=render_mode)

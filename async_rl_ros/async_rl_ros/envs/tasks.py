@@ -18,9 +18,9 @@ Find a task plug-in by name: the built-in UR5 tasks, Gymnasium ids, third-party 
 
 Names (``env_worker.task.name``, ``async-rl-train --task``, ``task:=`` in the launch file):
 
-* ``reach`` -- the UR5 reach task (:mod:`async_rl_ros.envs.reach_task`), simulated or real;
-* ``push`` and ``pick_and_place`` -- the UR5 with a gripper moves a cube
-  (:mod:`async_rl_ros.envs.manipulation_task`), simulated;
+* ``reach`` -- the UR5 reach task, simulated or real;
+* ``push`` and ``pick_and_place`` -- the UR5 with a gripper moves a cube, simulated or on a
+  physical cell under ROS 2 (these three: :mod:`async_rl_ros.envs.ur5_tasks`);
 * ``gym:ID`` -- any Gymnasium goal-conditioned environment (``gym:PandaPush-v3``), simulated
   only (:mod:`async_rl_ros.envs.gym_task`); ``gym:MODULE:ID`` imports ``MODULE`` first, as
   ``gymnasium.make`` does;
@@ -50,17 +50,17 @@ GYM_PREFIX = 'gym:'
 
 
 def _reach() -> Task:
-    from async_rl_ros.envs.reach_task import UR5ReachTask
+    from async_rl_ros.envs.ur5_tasks import UR5ReachTask
     return UR5ReachTask()
 
 
 def _push() -> Task:
-    from async_rl_ros.envs.manipulation_task import UR5PushTask
+    from async_rl_ros.envs.ur5_tasks import UR5PushTask
     return UR5PushTask()
 
 
 def _pick_and_place() -> Task:
-    from async_rl_ros.envs.manipulation_task import UR5PickAndPlaceTask
+    from async_rl_ros.envs.ur5_tasks import UR5PickAndPlaceTask
     return UR5PickAndPlaceTask()
 
 

@@ -50,10 +50,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import warnings
 
 from async_rl_ros.core.config import ConfigError, SACConfig
-from async_rl_ros.core.learning import sac_state
 from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
 from async_rl_ros.core.learning.policy_reg import POLICY_REG_BASE, PolicyRegularization
 from async_rl_ros.core.learning.sac_knobs import SACKnobs
+from async_rl_ros.core.learning.sac_state import SACState
 from async_rl_ros.core.learning.step_guard import (all_finite, finite_guard, FiniteGuard,
                                                    fused_adam, Guard, guarded_step)
 from async_rl_ros.core.learning.update_graph import UpdateGraphs
@@ -103,9 +103,12 @@ class _Body:
     actor_keys: list[str] = dataclasses.field(default_factory=list)
 
 
-class SAC(SACKnobs):
+class SAC(SACKnobs, SACState):
     """
     Actor, twin critics, target critics, temperature and their optimizers.
+
+    Its resumable state is :meth:`state_dict` and :meth:`load_state_dict`
+    (:class:`~.sac_state.SACState`); the doctor's knobs are :class:`~.sac_knobs.SACKnobs`.
 
     :param obs_dim: observation width (observations arrive normalized).
     :param act_dim: action width; actions lie in [-1, 1].
@@ -428,15 +431,6 @@ class SAC(SACKnobs):
     def evaluated_actor(self) -> Actor:
         """Return the actor a user gets: the averaged one when averaging is on."""
         return self.actor if self.actor_average is None else self.actor_average
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Return everything needed to resume training (see :mod:`.sac_state`)."""
-        return sac_state.save(self)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a :meth:`state_dict`, older checkpoints included (see :mod:`.sac_state`)."""
-        sac_state.load(self, state)
 
 
 @contextlib.contextmanager
