@@ -68,6 +68,22 @@ def test_expected_failures_are_recorded_not_raised(failure):
 
 
 @posix
+def test_a_ctrl_c_after_a_failure_still_saves_and_only_a_second_one_aborts():
+    notes = []
+    with StopRequest(notify=notes.append) as stop:
+        with stop.contain():
+            raise TrainingDiverged('7 consecutive steps skipped')
+        os.kill(os.getpid(), signal.SIGINT)  # the run is saving after the failure
+        while stop.signum is None:  # the handler runs in this thread, between bytecodes
+            time.sleep(0.001)
+        assert 'already stopping' in notes[-1] and 'Ctrl-C again aborts' in notes[-1]
+        assert stop.exit_code() == EXIT_FAILED and 'diverged' in stop.outcome
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+
+
+@posix
 def test_writes_to_a_pipe_whose_reader_is_gone_are_swallowed():
     read_fd, write_fd = os.pipe()
     stream = PipeSafeStream(os.fdopen(write_fd, 'w', buffering=1))

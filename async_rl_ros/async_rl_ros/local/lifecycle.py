@@ -148,13 +148,16 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = _SIGNAL_NAMES.get(signum, f'signal {signum}')
-        if self.signum is None and self.failure is None:
+        if self.signum is None:
+            # The first signal, also after a failure that is already stopping the run: that
+            # run still saves, and only a second Ctrl-C aborts it.
             self.signum = signum
             self.request(f'stopped by {name}')
             if self.interrupt:
                 raise KeyboardInterrupt
             hint = ' (Ctrl-C again aborts without saving)' if signum == signal.SIGINT else ''
-            self._notify(f'\n{name}: stopping; writing the final checkpoint and the '
+            doing = 'already stopping' if self.failure is not None else 'stopping'
+            self._notify(f'\n{name}: {doing}; writing the final checkpoint and the '
                          f'artifacts ...{hint}')
             return
         if signum == signal.SIGINT:

@@ -303,9 +303,11 @@ class LearnerNode(Node):
 
     def _save(self, evaluate: bool) -> None:
         received = [status_to_receiver_stats(s) for s in self.workers.statuses()]
+        with self._lock:  # the preprocessing thread may still count a refusal
+            rejected = int(sum(self.ingest_rejected.values()))
         extra = {'mode': 'ros2', 'workers': len(self.workers),
                  'dropped_batches': int(self.buffer.dropped),
-                 'rejected_batches': int(sum(self.ingest_rejected.values())),
+                 'rejected_batches': rejected,
                  'interrupted': self.learner.env_steps < self.cfg.total_env_steps}
         if self.warm_start:
             extra['warm_start'] = self.warm_start

@@ -95,13 +95,19 @@ class WorkerTable:
     def statuses(self) -> list[Any]:
         """Return the newest status report of every worker that sent one."""
         with self._lock:
-            return [w['status'] for w in self._workers.values() if w['status'] is not None]
+            return self._statuses()
 
     def lags(self, version: int) -> list[int]:
         """Return how many versions behind ``version`` each worker with a known version acts."""
         with self._lock:
-            return [version - w['policy_version'] for w in self._workers.values()
-                    if w['policy_version'] >= 0]
+            return self._lags(version)
+
+    def _statuses(self) -> list[Any]:
+        return [w['status'] for w in self._workers.values() if w['status'] is not None]
+
+    def _lags(self, version: int) -> list[int]:
+        return [version - w['policy_version'] for w in self._workers.values()
+                if w['policy_version'] >= 0]
 
     def metrics(self, version: int) -> dict[str, float]:
         """
@@ -114,9 +120,8 @@ class WorkerTable:
             ``charts/episodic_return`` (mean over the episodes) and ``charts/success_rate``
             (mean over the workers).
         """
-        lags = self.lags(version)
-        statuses = self.statuses()
-        with self._lock:
+        with self._lock:  # one snapshot: lags, reports and returns of the same moment
+            lags, statuses = self._lags(version), self._statuses()
             returns, self._returns = self._returns, []
         out = {'charts/policy_lag_mean': float(np.mean(lags)) if lags else 0.0,
                'charts/policy_lag_max': float(max(lags)) if lags else 0.0,
