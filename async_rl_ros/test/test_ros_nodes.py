@@ -317,3 +317,21 @@ def test_a_resumed_learner_keeps_its_best_snapshots_and_counts_versions_on(conte
     finally:
         second.close()
         second.destroy_node()
+
+
+def test_a_line_logged_after_shutdown_goes_to_stderr_not_to_a_dead_rosout(capfd):
+    """The learner's last lines after Ctrl-C: on stderr, without rcl's rosout complaint."""
+    from async_rl_ros.ros.node_utils import log_late
+
+    own = rclpy.Context()
+    rclpy.init(context=own)
+    node = rclpy.create_node('late_logger', context=own)
+    try:
+        log_late(node, 'while up')
+        own.shutdown()
+        log_late(node, 'policy exported to here', 'error')
+        err = capfd.readouterr().err
+        assert '[ERROR] [late_logger]: policy exported to here' in err
+        assert 'rosout' not in err
+    finally:
+        node.destroy_node()

@@ -73,7 +73,7 @@ from async_rl_ros.ros.bag_reader import TRANSITION_TYPE, usable_bag, warm_start
 from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
                                           status_to_receiver_stats)
 from async_rl_ros.ros.diagnostics import LearnerDiagnostics
-from async_rl_ros.ros.node_utils import run_node
+from async_rl_ros.ros.node_utils import log_late, run_node
 from async_rl_ros.ros.params import SectionParameters
 from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionBatch,
                                          WeightsCommit, WorkerStatus)
@@ -286,8 +286,8 @@ class LearnerNode(Node):
         """Training budget reached: final commit, checkpoint, policy and summary.json."""
         self.loop.commit()
         self.save(evaluate=True)
-        self.get_logger().info(f'training budget of {self.cfg.total_env_steps} env steps '
-                               f'reached; policy exported to {self.log_dir / "policy.pt"}')
+        log_late(self, f'training budget of {self.cfg.total_env_steps} env steps reached; '
+                       f'policy exported to {self.log_dir / "policy.pt"}')
 
     def save(self, evaluate: bool = False) -> None:
         """
@@ -409,7 +409,7 @@ class LearnerNode(Node):
         try:
             self.save()  # unless the budget's end wrote everything (it waits for that save)
         except Exception as exc:  # noqa: B902 -- shutting down: report, never hang
-            self.get_logger().error(f'final checkpoint failed: {exc}')
+            log_late(self, f'final checkpoint failed: {exc}', 'error')
         finally:
             self.run_folder.close()
 

@@ -27,7 +27,7 @@ from async_rl_ros.core.learning.run_folder import RunFolderError
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
-__all__ = ['run_node', 'LoggingAdapter', 'TopicBoard', 'apply_env_config']
+__all__ = ['run_node', 'LoggingAdapter', 'TopicBoard', 'apply_env_config', 'log_late']
 
 
 class LoggingAdapter:
@@ -75,6 +75,21 @@ def apply_env_config(logger: Any, env: Any, section: Any, keys: tuple[str, ...])
     elif env is not None:
         logger.info(f'{", ".join(keys)}: this task\'s environment takes no change while it '
                     'runs; in force once the node is configured again')
+
+
+def log_late(node: Any, message: str, level: str = 'info') -> None:
+    """
+    Log ``message`` on the node's logger, or on stderr once its ROS context is shut down.
+
+    What a node writes while it shuts down (its final save after Ctrl-C) would otherwise reach
+    the console with an rcl complaint that ``/rosout`` is gone.
+
+    :param level: ``'info'`` or ``'error'``.
+    """
+    if node.context.ok():
+        getattr(node.get_logger(), level)(message)
+    else:
+        print(f'[{level.upper()}] [{node.get_name()}]: {message}', file=sys.stderr, flush=True)
 
 
 def run_node(factory: Callable[[], object], args: list[str] | None = None) -> int:
