@@ -73,14 +73,18 @@ def test_no_ros_import_statements():
     assert not offenders, offenders
 
 
-def _imported_modules(path: pathlib.Path) -> list[tuple[int, str]]:
-    """Return ``(line, module)`` of every import in a file, those inside functions included."""
+def _imported_modules(path: pathlib.Path) -> list[tuple[int, str, tuple[str, ...]]]:
+    """
+    Return ``(line, module, names)`` of every import in a file, those inside functions included.
+
+    ``names`` are what ``from module import ...`` takes (empty for ``import module``).
+    """
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
         if isinstance(node, ast.Import):
-            out += [(node.lineno, alias.name) for alias in node.names]
+            out += [(node.lineno, alias.name, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.append((node.lineno, node.module))
+            out.append((node.lineno, node.module, tuple(a.name for a in node.names)))
     return out
 
 
@@ -89,7 +93,7 @@ def test_core_never_imports_the_tasks_or_the_arms():
     above = ('async_rl_ros.envs', 'async_rl_ros.local', 'async_rl_ros.ros')
     offenders = [f'{path.relative_to(PACKAGE)}:{line} {module}'
                  for name, path in _modules() if name.startswith('async_rl_ros.core')
-                 for line, module in _imported_modules(path)
+                 for line, module, _ in _imported_modules(path)
                  if module.startswith(above)]
     assert not offenders, offenders
 
@@ -117,14 +121,9 @@ def _module_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         edges = graph.setdefault(name, set())
-        for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [f'{node.module}.{alias.name}' if f'{node.module}.{alias.name}'
-                           in files else node.module for alias in node.names]
-            else:
-                continue
+        for _, module, names in _imported_modules(path):
+            targets = [f'{module}.{n}' if f'{module}.{n}' in files else module
+                       for n in names] or [module]
             edges.update(t for t in targets if t in files and t != name)
     return graph
 

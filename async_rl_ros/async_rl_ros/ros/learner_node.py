@@ -303,11 +303,9 @@ class LearnerNode(Node):
 
     def _save(self, evaluate: bool) -> None:
         received = [status_to_receiver_stats(s) for s in self.workers.statuses()]
-        with self._lock:  # the preprocessing thread may still count a refusal
-            rejected = int(sum(self.ingest_rejected.values()))
         extra = {'mode': 'ros2', 'workers': len(self.workers),
                  'dropped_batches': int(self.buffer.dropped),
-                 'rejected_batches': rejected,
+                 'rejected_batches': self._rejected_total(),
                  'interrupted': self.learner.env_steps < self.cfg.total_env_steps}
         if self.warm_start:
             extra['warm_start'] = self.warm_start
@@ -337,10 +335,13 @@ class LearnerNode(Node):
     # ------------------------------------------------------------------ metrics out
     def metrics(self) -> dict[str, float]:
         """BatchSource: transport metrics for the loop's reports (TensorBoard)."""
-        with self._lock:
-            rejected = sum(self.ingest_rejected.values())
         return {'transport/dropped_batches': float(self.buffer.dropped),
-                'transport/rejected_batches': float(rejected)}
+                'transport/rejected_batches': float(self._rejected_total())}
+
+    def _rejected_total(self) -> int:
+        """Return the batches refused so far (the preprocessing thread counts under the lock)."""
+        with self._lock:
+            return int(sum(self.ingest_rejected.values()))
 
     def topic_metrics(self) -> dict[str, float]:
         """Return the metrics published on topics and in TrainingStats."""
