@@ -35,7 +35,7 @@ import time
 
 
 def main() -> None:
-    """Train one real-time arm; print the evaluations and the JSON summary."""
+    """Train one real-time arm; print each evaluation as it comes, then the JSON summary."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true',
                         help='2 minutes of arm time: a smoke run, not a figure')
@@ -72,27 +72,32 @@ def main() -> None:
     rcfg = load_node_config(path, 'local_runner', LocalRunnerConfig,
                             {'mode': 'async', 'num_workers': 1})
     run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger())
+    print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
+          f'shipped defaults (max {cfg.max_updates_per_step:g} updates per transition)')
+    print(f'{"env steps":>10}{"arm min":>9}{"success":>9}', flush=True)
     start = time.perf_counter()
     reached: dict[str, float] = {}
+    shown = 0
 
     def stop() -> bool:
-        for e in run.loop.evaluations:
+        # Each evaluation is printed as it arrives: a two-hour run shows where it stands.
+        nonlocal shown
+        for e in run.loop.evaluations[shown:]:
+            print(f'{e.env_steps:>10}{e.env_steps / hz / 60:>9.1f}'
+                  f'{e.stats.success_rate:>9.2f}', flush=True)
             if e.stats.success_rate >= args.threshold and not reached:
                 reached.update(env_steps=e.env_steps, wall_s=time.perf_counter() - start)
+        shown = len(run.loop.evaluations)
         return bool(reached)
 
     try:
         run.run(should_stop=stop)
     finally:
         run.close()
+    stop()  # the evaluations that arrived after the last check
     learner = run.learner
     updates0, steps0 = run.loop.ready_at or (learner.updates, learner.env_steps)
     ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
-    print(f'\n{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
-          f'shipped defaults (max {cfg.max_updates_per_step:g} updates per transition)')
-    print(f'{"env steps":>10}{"arm min":>9}{"success":>9}')
-    for e in run.loop.evaluations:
-        print(f'{e.env_steps:>10}{e.env_steps / hz / 60:>9.1f}{e.stats.success_rate:>9.2f}')
     minutes = reached['env_steps'] / hz / 60 if reached else None
     print(f'arm time to {100 * args.threshold:.0f} %: '
           f'{"not reached" if minutes is None else f"{minutes:.1f} min"}; '
