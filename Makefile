@@ -51,7 +51,7 @@ ros-test:
 	bash $(PKG)/test/ros_test.sh $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	for b in bench/*.py; do $(BIN)/python $$b --quick || exit 1; done
+	for b in bench/[!_]*.py; do $(BIN)/python $$b --quick || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(PKG)/build $(PKG)/*.egg-info

@@ -23,7 +23,7 @@ setting trains alone on the machine (one after the other): async and sync as
 (default three times as long, so that a "3x faster" can be seen). The baseline is
 ``--baseline``: ``sac`` (SB3 SAC with its defaults, no HER: the default on ``reach``) or
 ``sac_her`` / ``tqc_her`` (HER and rl-baselines3-zoo's tuned settings, as
-``bench/sample_efficiency.py`` builds them: the default ``tqc_her`` on ``gym:`` tasks).
+``bench/_baselines.py`` builds them for both benches: the default ``tqc_her`` on ``gym:`` tasks).
 Evaluation must not stop the clock it measures, so training only snapshots the policy every
 ``--snapshot-s`` seconds (a copy of the policy the run's evaluator would score -- the averaged
 actor, with the shipped ``sac.policy_average_tau`` and ``sac.policy_average_fraction`` --
@@ -48,13 +48,15 @@ import time
 
 import numpy as np
 
+from _baselines import baseline_env, make_baseline  # beside this script
+
 EVAL_SEED = 2_000_000
 
 
 def _eval_env(task: str, seed: int = 0, baseline: str | None = None):
     """Return the env a setting is evaluated on: the task's flat env, or the baseline's."""
     if baseline is not None and baseline != 'sac':
-        return _sample_efficiency().baseline_env(task, _configs(10**9, seed, task)[0])
+        return baseline_env(task, _configs(10**9, seed, task)[0])
     from async_rl_ros.envs.factory import evaluation_env
 
     return evaluation_env(_configs(10**9, seed, task)[0])[0]
@@ -64,18 +66,6 @@ def _success(act, episodes: int, env) -> float:
     from async_rl_ros.core.learning.evaluation import run_episodes
 
     return run_episodes(env, act, episodes, seed=EVAL_SEED).success_rate
-
-
-def _sample_efficiency():
-    """Import the sibling bench (its baselines) by path: bench/ is not a package."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().with_name('sample_efficiency.py')
-    spec = importlib.util.spec_from_file_location('bench_sample_efficiency', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _configs(budget_steps: int, seed: int, task: str = 'reach'):
@@ -137,7 +127,7 @@ def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0, task: str = 'reac
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)  # alone on the machine: every core
-    model, normalize, eval_env = _sample_efficiency().make_baseline(
+    model, normalize, eval_env = make_baseline(
         baseline, task, seed, 10**7, _configs(10**9, seed, task)[0])
     eval_env.close()
     snapshots: list[tuple[float, object]] = []

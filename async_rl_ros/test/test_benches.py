@@ -22,12 +22,17 @@ import sys
 import pytest
 
 BENCH = pathlib.Path(__file__).resolve().parents[2] / 'bench'
-SCRIPTS = sorted(BENCH.glob('*.py')) if BENCH.is_dir() else []
+# A module whose name starts with '_' is shared by the benches, not a bench itself.
+SCRIPTS = (sorted(p for p in BENCH.glob('*.py') if not p.name.startswith('_'))
+           if BENCH.is_dir() else [])
 
 pytestmark = pytest.mark.skipif(not SCRIPTS, reason='bench/ is not beside the package')
 
 
 def _load(name: str):
+    # As when the bench runs as a script: its folder is on sys.path (for bench/_baselines.py).
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(f'bench_{name}', BENCH / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -63,7 +68,8 @@ def test_a_baseline_leaves_no_log_folders_behind(monkeypatch, tmp_path):
 
     bench = _load('sample_efficiency')
     monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
-    model, _, eval_env = bench.make_baseline('sac_her', 'reach', 0, 200)
+    env_cfg = bench._configs(0, 200, 'reach')[0]
+    model, _, eval_env = bench.make_baseline('sac_her', 'reach', 0, 200, env_cfg)
     try:
         for _ in range(2):  # one call per evaluation mark
             model.learn(50, reset_num_timesteps=False)
