@@ -80,8 +80,8 @@ def make_baseline(impl: str, task: str, seed: int, steps: int, env_cfg,
     """
     Build one baseline on ``task``: ``sac_her``, ``tqc_her`` (zoo settings) or ``sac``.
 
-    ``sac`` is SB3 SAC with its own defaults and no HER on the flat task env (the baseline
-    of this bench before it took tasks).
+    ``sac`` is SB3 SAC with its own defaults and no HER on the flat task env (the benches'
+    baseline before they took tasks).
 
     :param steps: the run's budget (the replay buffer never needs to hold more).
     :param env_cfg: the ``env_worker`` settings the run trains with.
