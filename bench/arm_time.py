@@ -52,25 +52,25 @@ def main() -> None:
     if args.quick:
         args.budget_min, args.episodes = 2.0, 10
 
-    from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, load_node_config,
-                                          LocalRunnerConfig)
     from async_rl_ros.core.learning.metrics import MetricsLogger
+    from async_rl_ros.envs.tasks import load_sections
     from async_rl_ros.local.cli import default_config_path
     from async_rl_ros.local.train import LocalRun
 
-    path = default_config_path()
     overrides = {'sim.real_time': True, 'seed': args.seed}
     if args.task:
         overrides['task.name'] = args.task
-    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides)
+    path = default_config_path()
+    env_cfg = load_sections(path, {'env_worker': overrides}, ('env_worker',))['env_worker']
     hz = env_cfg.task.control_hz
     budget_steps = int(args.budget_min * 60 * hz)
-    cfg = load_node_config(path, 'learner', LearnerConfig, {
-        'total_env_steps': budget_steps, 'eval_every': args.eval_every,
-        'eval_episodes': args.episodes, 'seed': args.seed,
-        'checkpoint.directory': '/tmp/async_rl_bench_arm_time'})
-    rcfg = load_node_config(path, 'local_runner', LocalRunnerConfig,
-                            {'mode': 'async', 'num_workers': 1})
+    learner = {'total_env_steps': budget_steps, 'eval_every': args.eval_every,
+               'eval_episodes': args.episodes, 'seed': args.seed,
+               'checkpoint.directory': '/tmp/async_rl_bench_arm_time'}
+    loaded = load_sections(path, {'env_worker': overrides, 'learner': learner,
+                                  'local_runner': {'mode': 'async', 'num_workers': 1}},
+                           ('learner', 'local_runner'))  # over the task's own defaults
+    cfg, rcfg = loaded['learner'], loaded['local_runner']
     run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger())
     print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
           f'shipped defaults (max {cfg.max_updates_per_step:g} updates per transition)')

@@ -73,13 +73,14 @@ NAMES = {'ours': 'async_rl_ros', 'sac_her': 'SB3 SAC+HER', 'tqc_her': 'TQC+HER',
          'sac': 'SB3 SAC'}
 
 def _configs(seed: int, steps: int, task: str):
-    from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, load_node_config
+    from async_rl_ros.envs.tasks import load_sections
     from async_rl_ros.local.cli import default_config_path
-    path = default_config_path()
-    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, {'task.name': task})
-    overrides = {'seed': seed, 'total_env_steps': steps, 'checkpoint.interval_steps': 0,
-                 'checkpoint.directory': f'/tmp/async_rl_bench_ckpt_{seed}'}
-    return env_cfg, load_node_config(path, 'learner', LearnerConfig, overrides)
+    learner = {'seed': seed, 'total_env_steps': steps, 'checkpoint.interval_steps': 0,
+               'checkpoint.directory': f'/tmp/async_rl_bench_ckpt_{seed}'}
+    loaded = load_sections(default_config_path(), {'env_worker': {'task.name': task},
+                                                   'learner': learner},
+                           ('env_worker', 'learner'))  # over the task's own defaults
+    return loaded['env_worker'], loaded['learner']
 
 
 def _success(env, act, rank=None) -> float:

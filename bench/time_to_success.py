@@ -69,16 +69,14 @@ def _success(act, episodes: int, env) -> float:
 
 
 def _configs(budget_steps: int, seed: int, task: str = 'reach'):
-    from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, load_node_config,
-                                          LocalRunnerConfig)
+    from async_rl_ros.envs.tasks import load_sections
     from async_rl_ros.local.cli import default_config_path
-    path = default_config_path()
-    cfg = load_node_config(path, 'learner', LearnerConfig, {
-        'seed': seed, 'total_env_steps': budget_steps, 'batch.initial_batch': 256,
-        'checkpoint.directory': '/tmp/async_rl_bench_tts'})
-    return (load_node_config(path, 'env_worker', EnvWorkerConfig,
-                             {'seed': seed, 'task.name': task}), cfg,
-            load_node_config(path, 'local_runner', LocalRunnerConfig))
+    loaded = load_sections(default_config_path(), {
+        'env_worker': {'seed': seed, 'task.name': task},
+        'learner': {'seed': seed, 'total_env_steps': budget_steps, 'batch.initial_batch': 256,
+                    'checkpoint.directory': '/tmp/async_rl_bench_tts'}},
+        ('env_worker', 'learner', 'local_runner'))  # over the task's own defaults
+    return loaded['env_worker'], loaded['learner'], loaded['local_runner']
 
 
 def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed: int = 0,

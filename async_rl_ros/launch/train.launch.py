@@ -23,8 +23,9 @@ Several hosts (README.md, "Several hosts"): ``role:=learner`` on the learner hos
 learner and the shards, ``role:=workers`` on each worker host its workers (with
 ``first_worker_id`` so that ids do not collide); the default ``role:=all`` starts everything.
 
-Every node reads its section of ``config`` (the ``ros__parameters`` file the local runner
-reads too) plus the ``ros_transport`` section under ``transport.``. Workers run in their own
+Every node gets its section of ``config`` (the ``ros__parameters`` file the local runner
+reads too), checked here and laid over the task's own defaults (push: wider networks), plus
+the ``ros_transport`` section under ``transport.``. Workers run in their own
 namespaces (``/worker_<i>``) and are respawned when they die; the launch file brings each
 lifecycle worker to *active* through its ``change_state`` service (configure, then activate)
 whenever its process starts, so again after every respawn. With ``robot:=ur5`` the real arm
@@ -40,15 +41,15 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import copy
 import json
 import os
 import pathlib
 import time
 
-from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
-                                      load_node_config, RosTransportConfig)
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LEARNER_ENV_SECTIONS,
+                                      LearnerConfig, load_node_config, RosTransportConfig)
 from async_rl_ros.envs.factory import check_config, needs_object_pose
+from async_rl_ros.envs.tasks import task_defaults
 from async_rl_ros.ros.bag_reader import usable_bag
 import launch
 from launch import LaunchDescription
@@ -62,7 +63,6 @@ from launch_ros.ros_adapters import get_ros_adapter, get_ros_node
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState as ChangeStateSrv, GetState
-import yaml
 
 PACKAGE = 'async_rl_ros'
 RESPAWN_DELAY_S = 2.0  # s before a dead worker or shard is started again
@@ -170,12 +170,6 @@ def _count(context, name: str) -> int:
     if value < 0:
         raise ConfigError(name, text, 'a whole number >= 0')
     return value
-
-
-def _sections(path: str) -> dict:
-    """Return the raw (nested) ``ros__parameters`` of every node section of the file."""
-    tree = yaml.safe_load(pathlib.Path(path).read_text(encoding='utf-8')) or {}
-    return {str(k): (v or {}).get('ros__parameters') or {} for k, v in tree.items()}
 
 
 def _security(context) -> dict:
@@ -313,27 +307,30 @@ def _lifecycle_worker(worker_id: int, params: dict, secure: dict) -> list:
 def _launch_setup(context) -> list:
     config = _arg(context, 'config')
     robot = _arg(context, 'robot')
-    sections = _sections(config)
+    # task:=NAME wins over the file's env_worker task.name; the task's own defaults go under
+    # the file. Each node gets its section checked and whole (the file's /** included).
+    task = _arg(context, 'task') or load_node_config(config, 'env_worker',
+                                                     EnvWorkerConfig).task.name
+    defaults = task_defaults(task)
+
+    def load(node: str, cls, overrides: dict):
+        return load_node_config(config, node, cls, overrides, defaults=defaults.get(node))
+
     ps_overrides = {}
     for arg, key in (('num_param_shards', 'parameter_server.num_shards'),
                      ('replicas', 'parameter_server.replicas')):
         if _arg(context, arg):
             ps_overrides[key] = _count(context, arg)
     # Fail here, with the key named, rather than in every node (and every respawn).
-    transport = load_node_config(config, 'ros_transport', RosTransportConfig, ps_overrides)
+    transport = load('ros_transport', RosTransportConfig, ps_overrides)
     if transport.warm_start_bag:  # a recording the learner cannot use: nothing starts
         usable_bag(transport.warm_start_bag, 'ros_transport.warm_start_bag')
     learner_overrides = {'sac.device': _arg(context, 'device')}
     log_dir = _arg(context, 'log_dir')
     if log_dir:
         learner_overrides['log_dir'] = log_dir  # the learner makes the run's folder in it
-    learner_cfg = load_node_config(config, 'learner', LearnerConfig, learner_overrides)
-
-    # task:=NAME goes into the env_worker section the workers and the learner read.
-    env_section = copy.deepcopy(sections.get('env_worker', {}))
-    if _arg(context, 'task'):
-        env_section.setdefault('task', {})['name'] = _arg(context, 'task')
-    task_override = {'task.name': env_section.get('task', {}).get('name', 'reach')}
+    learner_cfg = load('learner', LearnerConfig, learner_overrides)
+    task_override = {'task.name': task}
 
     transport_params = {'transport': transport.to_flat()}
     role = ROLES[_arg(context, 'role')]
@@ -348,26 +345,21 @@ def _launch_setup(context) -> list:
             raise ConfigError('num_workers', 0, 'at least one worker')
         first = _count(context, 'first_worker_id')
         for worker_id, backend in enumerate(fleet, start=first):
-            overrides = {'backend': backend}
+            overrides = {'backend': backend, **task_override}
             if backend == 'ur5':
                 overrides['rtde.robot_ip'] = _arg(context, 'robot_ip')
-            # an unknown task, or one this arm cannot run, stops here with the key named
-            check_config(load_node_config(config, 'env_worker', EnvWorkerConfig,
-                                          {**overrides, **task_override}))
-            params = dict(env_section)
-            params.update(transport_params, worker_id=worker_id,
-                          hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes],
-                          **overrides)
+            worker_cfg = load('env_worker', EnvWorkerConfig, overrides)
+            check_config(worker_cfg)  # an unknown task, or one this arm cannot run, stops here
+            params = dict(worker_cfg.to_flat(), **transport_params, worker_id=worker_id,
+                          hidden_sizes=[int(h) for h in learner_cfg.sac.hidden_sizes])
             entities += _lifecycle_worker(worker_id, params, secure)
     if 'learner' in role:
-        learner_params = dict(sections.get('learner', {}))
-        check_config(load_node_config(config, 'env_worker', EnvWorkerConfig, task_override))
-        # the task (hindsight relabeling) and the safety limits (the evaluator's arm)
-        for section in ('task', 'safety'):
-            values = env_section.get(section)
-            if values:
-                learner_params[section] = dict(values)
-        learner_params.update(transport_params, **learner_overrides)
+        env_cfg = load('env_worker', EnvWorkerConfig, task_override)
+        check_config(env_cfg)
+        # the task (hindsight relabeling) and what the evaluator's arm shares with the workers
+        shared = {k: v for k, v in env_cfg.to_flat().items()
+                  if k.split('.', 1)[0] in LEARNER_ENV_SECTIONS}
+        learner_params = dict(learner_cfg.to_flat(), **shared, **transport_params)
         # ros2 launch's default (SIGTERM 5 s after SIGINT, SIGKILL 5 s later) can kill the
         # learner while it saves: what it learned since the last checkpoint would be lost.
         entities.append(Node(package=PACKAGE, executable='learner', name='learner',
@@ -393,8 +385,7 @@ def _launch_setup(context) -> list:
     if robot != 'ur5' or 'workers' not in role or _arg(context, 'skip_preflight') == 'true':
         return entities
     # A cube task on the arm drives a 2F-85: the preflight checks that it answers, too.
-    arm_cfg = load_node_config(config, 'env_worker', EnvWorkerConfig,
-                               {**task_override, 'backend': 'ur5'})
+    arm_cfg = load('env_worker', EnvWorkerConfig, {**task_override, 'backend': 'ur5'})
     robotiq = needs_object_pose(arm_cfg) and arm_cfg.cell.gripper == 'robotiq'
     return _after_preflight(_arg(context, 'robot_ip'), config, robotiq, entities)
 

@@ -16,7 +16,8 @@
 With ``launch_ros`` (skipped without ROS 2): what each ``role`` of train.launch.py starts.
 
 The launch description is built, not run: its arguments are resolved in a launch context and
-the node actions of every role are read (executable, namespace). No process starts.
+the node actions of every role are read (executable, namespace, parameters). No process
+starts.
 """
 
 import importlib.util
@@ -45,8 +46,8 @@ def _module():
     return module
 
 
-def _started(**arguments):
-    """Return ``(executable, namespace)`` of every node the launch file starts, and the rest."""
+def _setup(**arguments) -> list:
+    """Return the actions the launch file returns for ``arguments`` (the rest: defaults)."""
     module = _module()
     context = LaunchContext()
     for action in module.generate_launch_description().entities:
@@ -54,13 +55,31 @@ def _started(**arguments):
             context.launch_configurations[action.name] = perform_substitutions(
                 context, action.default_value) if action.name != 'config' else str(CONFIG)
     context.launch_configurations.update({k: str(v) for k, v in arguments.items()})
+    return module._launch_setup(context)
+
+
+def _started(**arguments):
+    """Return ``(executable, namespace)`` of every node the launch file starts, and the rest."""
     nodes, other = [], []
-    for action in module._launch_setup(context):
+    for action in _setup(**arguments):
         if isinstance(action, Node):
             nodes.append((action.node_executable, action._Node__node_namespace))
         else:
             other.append(action)
     return sorted(nodes, key=str), other
+
+
+def _parameters(**arguments) -> dict:
+    """Return ``{executable: {parameter: value}}`` of the nodes started (the last of each)."""
+    context = LaunchContext()
+    out = {}
+    for action in _setup(**arguments):
+        if isinstance(action, Node):
+            values = out[action.node_executable] = {}
+            for entry in action._Node__parameters:  # launch_ros's normalized dictionaries
+                values.update({perform_substitutions(context, list(key)): value
+                               for key, value in entry.items()})
+    return out
 
 
 def _workers(ids):
@@ -107,3 +126,23 @@ def test_roles_match_the_declared_choices():
     declared = {a.name: a for a in module.generate_launch_description().entities
                 if isinstance(a, DeclareLaunchArgument)}
     assert declared['role'].choices == list(module.ROLES) == ['all', 'learner', 'workers']
+
+
+def test_nodes_get_the_task_defaults_under_the_file_and_the_file_whole(tmp_path):
+    for task, width, budget in (('reach', (128, 128), 20000), ('push', (256, 256), 200000)):
+        nodes = _parameters(task=task)
+        learner, worker = nodes['learner'], nodes['env_worker']
+        assert tuple(learner['sac.hidden_sizes']) == width, task
+        assert learner['total_env_steps'] == budget, task
+        assert tuple(worker['hidden_sizes']) == width, task  # the workers' actor
+        assert perform_substitutions(LaunchContext(), list(worker['task.name'])) == task
+    # The file wins over the task's defaults, and its /** section reaches every node.
+    text = CONFIG.read_text(encoding='utf-8').replace('    seed: 0\n', '').replace(
+        '      gamma: 0.99\n', '      gamma: 0.99\n      hidden_sizes: [64, 64]\n')
+    own = tmp_path / 'own.yaml'
+    own.write_text(text + '\n/**:\n  ros__parameters:\n    seed: 7\n', encoding='utf-8')
+    nodes = _parameters(task='push', config=own)
+    assert tuple(nodes['learner']['sac.hidden_sizes']) == (64, 64)
+    assert nodes['learner']['total_env_steps'] == 200000
+    assert tuple(nodes['env_worker']['hidden_sizes']) == (64, 64)
+    assert nodes['learner']['seed'] == 7 and nodes['env_worker']['seed'] == 7

@@ -239,6 +239,27 @@ def test_the_plotted_metric_topics_exist_before_any_training(context, tmp_path):
         learner.destroy_node()
 
 
+def test_the_learner_relabels_and_evaluates_with_the_workers_task_options(context, tmp_path):
+    """``manipulation.*`` and ``sim.*`` reach the learner: HER computes the workers' rewards."""
+    learner = LearnerNode(parameter_overrides=[
+        Parameter('log_dir', value=str(tmp_path)),
+        Parameter('checkpoint.directory', value=str(tmp_path / 'checkpoints')),
+        Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16]),
+        Parameter('task.name', value='push'), Parameter('manipulation.reward', value='shaped'),
+        Parameter('manipulation.success_distance', value=0.03),
+        Parameter('sim.physics_hz', value=1000.0)])
+    try:
+        cfg = learner.eval_env_cfg
+        assert cfg.task.name == 'push' and cfg.sim.physics_hz == 1000.0
+        achieved, desired = np.zeros((1, 3)), np.array([[0.04, 0.0, 0.0]])
+        # 4 cm: no success within 3 cm, and the shaped term lifts the -1 of a miss
+        assert not learner.spec.goal.is_success(achieved, desired)[0]
+        assert -1.0 < learner.spec.goal.compute_reward(achieved, desired, {})[0] < 0.0
+    finally:
+        learner.close()
+        learner.destroy_node()
+
+
 def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
         context, tmp_path):
     """At the budget's end the ROS learner ends a run as the local runner does."""

@@ -27,10 +27,13 @@ import sys
 import textwrap
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.core.options import load_yaml_parameters
 from async_rl_ros.core.tasks import FINAL_DISTANCE, GoalSpec, RankMetric, Task, TaskSpec
 from async_rl_ros.envs.factory import build_env, build_worker
-from async_rl_ros.envs.tasks import ENTRY_POINT_GROUP, get_task, resolve_task, task_names
+from async_rl_ros.envs.tasks import (BUILTIN_TASKS, ENTRY_POINT_GROUP, get_task, load_sections,
+                                     resolve_task, task_defaults, task_names)
 from async_rl_ros.envs.ur5_tasks import UR5ReachTask
+from async_rl_ros.local.cli import default_config_path
 import numpy as np
 import pytest
 
@@ -94,6 +97,8 @@ class PointEnv(gym.Env):
 
 class PointTask:
     name = 'point'
+    # trains with these where the configuration says nothing
+    parameter_defaults = {'learner': {'sac.hidden_sizes': [32, 32], 'total_env_steps': 400}}
 
     def spec(self, cfg):
         return TaskSpec('point', (('position', 2), ('goal', 2)), (('velocity', 2),),
@@ -112,12 +117,22 @@ class WrongWidth(PointTask):
                         PointGoal(), FINAL_DISTANCE)
 
 
+class BadDefaultKey(PointTask):
+    parameter_defaults = {'learner': {'sac.hiden_sizes': [32, 32]}}
+
+
+class BadDefaultNode(PointTask):
+    parameter_defaults = {'lerner': {'total_env_steps': 400}}
+
+
 def not_a_task():
     return object()
 """
 
 ENTRY_POINTS = '\n'.join([f'[{ENTRY_POINT_GROUP}]', 'point = point_task:PointTask',
                           'wrong = point_task:WrongWidth', 'not_a_task = point_task:not_a_task',
+                          'bad_key = point_task:BadDefaultKey',
+                          'bad_node = point_task:BadDefaultNode',
                           'missing = point_task_gone:Task', ''])
 
 
@@ -156,6 +171,39 @@ def test_bad_plugins_and_unknown_names_are_one_line_errors(plugin_dir):
         build_env(EnvWorkerConfig().replace(**{'task.name': 'wrong'}))
     with pytest.raises(ConfigError, match='task.name'):
         EnvWorkerConfig().replace(**{'task.name': ' reach'})
+    # a task's parameter_defaults are checked as a file is: key, value and node section
+    with pytest.raises(ConfigError, match=r"^parameter_defaults of task 'bad_key': "
+                       r"learner.sac.hiden_sizes = .*did you mean 'learner.sac.hidden_sizes'"):
+        task_defaults('bad_key')
+    with pytest.raises(ConfigError, match=r"^parameter_defaults of task 'bad_node': "
+                       r"<node section> = 'lerner' .*env_worker, learner"):
+        task_defaults('bad_node')
+
+
+def test_a_task_brings_its_own_defaults_and_the_file_and_command_line_win(tmp_path):
+    shipped = default_config_path()
+
+    def learner(task, overrides=None, path=shipped):
+        loaded = load_sections(path, {'env_worker': {'task.name': task},
+                                      'learner': overrides or {}}, ('env_worker', 'learner'))
+        assert loaded['env_worker'].task.name == task
+        return loaded['learner'].sac.hidden_sizes, loaded['learner'].total_env_steps
+
+    assert learner('reach') == ([128, 128], 20000)  # the dataclass defaults
+    assert learner('push') == ([256, 256], 200000)
+    assert learner('pick_and_place') == ([256, 256], 500000)
+    assert learner('push', {'total_env_steps': 5000}) == ([256, 256], 5000)
+    own = tmp_path / 'own.yaml'
+    own.write_text('learner:\n  ros__parameters:\n    sac: {hidden_sizes: [64, 64]}\n'
+                   'env_worker:\n  ros__parameters:\n    task: {name: push}\n')
+    assert learner('push', path=own) == ([64, 64], 200000)  # the file wins, for every task
+    pushed = load_sections(own, {}, ('learner',))['learner']  # the task named by the file
+    assert pushed.total_env_steps == 200000
+    # A task default the shipped file also sets would never apply: the file leaves them out.
+    shipped_keys = {node: set(keys) for node, keys in load_yaml_parameters(shipped).items()}
+    for name in BUILTIN_TASKS:
+        for node, values in task_defaults(name).items():
+            assert not shipped_keys.get(node, set()) & set(values), (name, node)
 
 
 def test_the_spec_checks_its_layouts():
@@ -215,9 +263,9 @@ def test_a_registered_task_trains_with_worker_processes_and_exports_a_policy(
     run = tmp_path / 'run'
     env = dict(os.environ, OMP_NUM_THREADS='1',
                PYTHONPATH=os.pathsep.join([str(plugin_dir), os.environ.get('PYTHONPATH', '')]))
+    # the budget and the width are the task's parameter_defaults (400 env steps, [32, 32])
     cmd = [sys.executable, '-m', 'async_rl_ros.local.cli', '--task', 'point', '--mode', 'async',
-           '--workers', '1', '--steps', '400',
-           '--set', 'learner.sac.hidden_sizes=[32, 32]', '--set', 'learner.batch.initial_batch=64',
+           '--workers', '1', '--set', 'learner.batch.initial_batch=64',
            '--set', 'learner.batch.min_batch=8', '--set', 'learner.learning_starts=100',
            '--set', 'learner.warmup_steps=100', '--set', 'learner.eval_every=200',
            '--set', 'learner.eval_episodes=2', '--set', 'learner.final_eval_episodes=2',
@@ -226,7 +274,10 @@ def test_a_registered_task_trains_with_worker_processes_and_exports_a_policy(
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run / 'latest' / 'summary.json').read_text())
     assert summary['task'] == 'point' and summary['obs_dim'] == 4 and summary['act_dim'] == 2
-    assert summary['env_steps'] >= 400 and summary['updates'] > 0
+    assert 400 <= summary['env_steps'] < 2000 and summary['updates'] > 0
+    assert summary['hidden_sizes'] == [32, 32]
+    assert [line.split() for line in result.stdout.splitlines()
+            if line.startswith('networks')] == [['networks', '(hidden', 'units)', '[32,', '32]']]
     assert not summary['safety_filter'] and 'simulation only' in summary['note']
     assert summary['eval_episodes'] == 2 and 'eval_final_distance_m' in summary
     assert (run / 'latest' / 'policy.pt').is_file()

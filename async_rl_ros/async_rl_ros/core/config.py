@@ -68,6 +68,7 @@ __all__ = [
     'LocalRunnerConfig',
     'RosTransportConfig',
     'NODE_SECTIONS',
+    'LEARNER_ENV_SECTIONS',
 ]
 
 NODE_SECTIONS: dict[str, type[Section]] = {
@@ -77,16 +78,29 @@ NODE_SECTIONS: dict[str, type[Section]] = {
     'ros_transport': RosTransportConfig,
 }
 
+#: The ``env_worker`` sections a learner node reads too, under their own names: its task's
+#: spec and rewards (hindsight relabeling) and its evaluator's simulated arm follow the workers'.
+LEARNER_ENV_SECTIONS: dict[str, type[Section]] = {
+    'task': TaskConfig,
+    'manipulation': ManipulationConfig,
+    'safety': SafetyConfig,
+    'sim': SimConfig,
+}
+
 
 def load_node_config(path: str | Path | None, node: str, cls: type[Section],
-                     overrides: Mapping[str, Any] | None = None) -> Section:
+                     overrides: Mapping[str, Any] | None = None,
+                     defaults: Mapping[str, Any] | None = None) -> Section:
     """
     Load the section of ``node`` from a parameter file whose sections all name known nodes.
 
     :func:`async_rl_ros.core.options.load_node_config` with ``known_nodes`` set to
     :data:`NODE_SECTIONS`: a misspelled section (``lerner:``) is refused with a suggestion.
+    ``defaults`` go under the file (a task's own settings:
+    :func:`async_rl_ros.envs.tasks.task_defaults`).
     """
-    return options.load_node_config(path, node, cls, overrides, known_nodes=NODE_SECTIONS)
+    return options.load_node_config(path, node, cls, overrides, known_nodes=NODE_SECTIONS,
+                                    defaults=defaults)
 
 
 if __name__ == '__main__':

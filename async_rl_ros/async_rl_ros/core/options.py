@@ -363,17 +363,22 @@ def _check_node_name(name: str, known_nodes: Iterable[str], source: str) -> None
 
 def load_node_config(path: str | Path | None, node: str, cls: type[Section],
                      overrides: Mapping[str, Any] | None = None,
-                     known_nodes: Iterable[str] | None = None) -> Section:
+                     known_nodes: Iterable[str] | None = None,
+                     defaults: Mapping[str, Any] | None = None) -> Section:
     """
     Load the section of ``node`` from a parameter file, merged over ``/**`` defaults.
+
+    From the bottom up: the dataclass defaults, ``defaults``, the file's ``/**`` section, the
+    file's ``node`` section, ``overrides``.
 
     :param path: a ``ros__parameters`` YAML file, or ``None`` for the defaults.
     :param node: node name whose ``ros__parameters`` apply (e.g. ``env_worker``).
     :param cls: the :class:`Section` subclass to build.
     :param overrides: dotted keys that win over the file (command-line settings).
     :param known_nodes: every node name the file may hold (see :func:`load_yaml_parameters`).
+    :param defaults: dotted keys the file and ``overrides`` win over (a task's own settings).
     """
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(defaults or {})
     source = str(path) if path is not None else None
     if path is not None:
         nodes = load_yaml_parameters(path, known_nodes)

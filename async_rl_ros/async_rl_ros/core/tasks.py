@@ -220,4 +220,8 @@ class Task(Protocol):
         A task whose class sets ``object_pose = True`` moves an object that a physical cell
         sees from outside (a camera): its ``make_env`` also takes ``object_pose``, the board
         its transport feeds with that object's pose (``None`` in simulation).
+
+        A task may also set ``parameter_defaults``, node section -> dotted key -> value
+        (``{'learner': {'sac.hidden_sizes': [256, 256]}}``): what it trains with where the
+        parameter file and the command line say nothing.
         """

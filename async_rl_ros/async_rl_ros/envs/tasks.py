@@ -30,18 +30,24 @@ Names (``env_worker.task.name``, ``async-rl-train --task``, ``task:=`` in the la
 
 :func:`resolve_task` also runs the plug-in's own configuration checks (those that need
 kinematics or the simulator live with the task, not in the core's config sections).
+:func:`load_sections` loads a run's configuration over the task's own defaults (a plug-in's
+``parameter_defaults``: push trains wider networks than reach, for longer).
 """
 
 from __future__ import annotations
 
+import copy
 from importlib import metadata
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
-from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, load_node_config,
+                                      NODE_SECTIONS)
+from async_rl_ros.core.options import Section
 from async_rl_ros.core.tasks import Task, TaskSpec
 
-__all__ = ['ENTRY_POINT_GROUP', 'GYM_PREFIX', 'BUILTIN_TASKS', 'get_task', 'resolve_task',
-           'task_names']
+__all__ = ['ENTRY_POINT_GROUP', 'GYM_PREFIX', 'BUILTIN_TASKS', 'get_task', 'load_sections',
+           'resolve_task', 'task_defaults', 'task_names']
 
 #: Entry point group third-party packages register their tasks under.
 ENTRY_POINT_GROUP = 'async_rl_ros.tasks'
@@ -115,3 +121,44 @@ def resolve_task(cfg: EnvWorkerConfig) -> tuple[Task, TaskSpec]:
     task = get_task(cfg.task.name)
     task.check(cfg)
     return task, task.spec(cfg)
+
+
+def task_defaults(name: str) -> dict[str, dict[str, Any]]:
+    """
+    Return what task ``name`` trains with where the configuration says nothing.
+
+    A plug-in may set ``parameter_defaults``: node section -> dotted key -> value, e.g.
+    ``{'learner': {'sac.hidden_sizes': [256, 256]}}``. They go under the parameter file and the
+    command line (:func:`load_sections`): any value set there wins.
+
+    :raises ConfigError: an unknown task, or a default no node reads or out of its range.
+    """
+    raw = getattr(get_task(name), 'parameter_defaults', None) or {}
+    source = f'parameter_defaults of task {name!r}'
+    out: dict[str, dict[str, Any]] = {}
+    for node, values in raw.items():
+        cls = NODE_SECTIONS.get(node)
+        if cls is None:
+            raise ConfigError('<node section>', node, 'one of ' + ', '.join(NODE_SECTIONS),
+                              source)
+        cls.from_flat(values, source=source, prefix=f'{node}.')  # every key and value checked
+        out[node] = copy.deepcopy(dict(values))
+    return out
+
+
+def load_sections(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]],
+                  nodes: Sequence[str]) -> dict[str, Section]:
+    """
+    Load the ``nodes`` sections of a run: the task's defaults, the file, then ``overrides``.
+
+    The task is the ``env_worker`` section's ``task.name`` (file and overrides).
+
+    :param path: the ``ros__parameters`` file (``None``: no file).
+    :param overrides: node -> dotted key -> value, e.g. from ``--set`` and ``--task``.
+    :param nodes: the node sections to load, e.g. ``('env_worker', 'learner')``.
+    """
+    name = load_node_config(path, 'env_worker', EnvWorkerConfig,
+                            overrides.get('env_worker')).task.name
+    defaults = task_defaults(name)
+    return {node: load_node_config(path, node, NODE_SECTIONS[node], overrides.get(node),
+                                   defaults=defaults.get(node)) for node in nodes}

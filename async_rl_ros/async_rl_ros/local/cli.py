@@ -35,7 +35,7 @@ import sys
 from typing import Any, Sequence
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LearnerConfig,
-                                      load_node_config, LocalRunnerConfig, NODE_SECTIONS)
+                                      LocalRunnerConfig, NODE_SECTIONS)
 from async_rl_ros.core.errors import describe_missing
 from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.local.lifecycle import (describe_failure, EXIT_BAD_INPUT, EXIT_FAILED,
@@ -108,6 +108,7 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
     workers = f", worker processes: {s['workers']}" if 'workers' in s else ''
     rows = [('task', s.get('task', '?') + (f" ({s['note']})" if 'note' in s else '')),
             ('mode', f"{s['mode']}{workers}"),
+            ('networks (hidden units)', str(s.get('hidden_sizes', '?'))),
             ('env steps, updates', f"{s['env_steps']}, {s['updates']}"),
             ('wall time', f"{s['wall_time_s']:.0f} s"),
             ('samples/s, updates/s', f"{s['samples_per_s']:.0f}, {s['updates_per_s']:.1f}"),
@@ -224,11 +225,9 @@ def _load(args: argparse.Namespace
         overrides['local_runner']['mode'] = args.mode
     if args.task is not None:
         overrides['env_worker']['task.name'] = args.task
-    env_cfg = load_node_config(path, 'env_worker', EnvWorkerConfig, overrides['env_worker'])
-    learner_cfg = load_node_config(path, 'learner', LearnerConfig, overrides['learner'])
-    runner_cfg = load_node_config(path, 'local_runner', LocalRunnerConfig,
-                                  overrides['local_runner'])
-    return path, env_cfg, learner_cfg, runner_cfg
+    from async_rl_ros.envs.tasks import load_sections
+    loaded = load_sections(path, overrides, ('env_worker', 'learner', 'local_runner'))
+    return path, loaded['env_worker'], loaded['learner'], loaded['local_runner']
 
 
 def _train(args: argparse.Namespace, stop: StopRequest) -> int:

@@ -34,10 +34,11 @@ the health and policy lag of every worker and the version of every shard. With
 transition topics (:mod:`.bag_reader`); those transitions are no env steps of this run.
 
 Evaluation as in the local runner: every ``eval_every`` env steps a policy snapshot goes to an
-evaluator process (simulated arm, ``task.*`` and ``safety.*`` of the workers, fixed seeds) that
-never stops training; its scores are ``eval/*`` metrics (TensorBoard and topics), and the
-exported ``policy.pt`` is the best evaluated policy. At the budget's end the last policy is
-scored too and the exported one is judged on held-out episodes (``summary.json``).
+evaluator process (simulated arm, the workers' ``task.*``, ``manipulation.*``, ``safety.*``
+and ``sim.*``, fixed seeds) that never stops training; its scores are ``eval/*`` metrics
+(TensorBoard and topics), and the exported ``policy.pt`` is the best evaluated policy. At the
+budget's end the last policy is scored too and the exported one is judged on held-out episodes
+(``summary.json``).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ import threading
 import time
 from typing import Any
 
-from async_rl_ros.core.config import (EnvWorkerConfig, LearnerConfig, RosTransportConfig,
-                                      SafetyConfig, TaskConfig)
+from async_rl_ros.core.config import (EnvWorkerConfig, LEARNER_ENV_SECTIONS, LearnerConfig,
+                                      RosTransportConfig)
 from async_rl_ros.core.learning.artifacts import finish_run
 from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
@@ -109,13 +110,12 @@ class LearnerNode(Node):
             read_only=True)).value
         if self.cfg.sac.device != 'cuda':
             torch.set_num_threads(1)  # the workers share the CPU
-        # The workers' task (task.name picks it; hindsight relabeling recomputes its rewards)
-        # and safety limits (the evaluator's simulated arm).
-        task = SectionParameters(self, TaskConfig, 'task.', frozen=True).section
-        safety = SectionParameters(self, SafetyConfig, 'safety.', frozen=True).section
-        self.eval_env_cfg = EnvWorkerConfig().replace(
-            **{f'task.{k}': v for k, v in task.to_flat().items()},
-            **{f'safety.{k}': v for k, v in safety.to_flat().items()})
+        # The workers' task (task.name picks it; hindsight relabeling recomputes its rewards),
+        # its options, safety limits and simulator (the evaluator's simulated arm).
+        self.eval_env_cfg = EnvWorkerConfig().replace(**{
+            f'{name}.{key}': value for name, cls in LEARNER_ENV_SECTIONS.items()
+            for key, value in SectionParameters(self, cls, f'{name}.', frozen=True)
+            .section.to_flat().items()})
         _, self.spec = resolve_task(self.eval_env_cfg)
         self.obs_dim, self.act_dim = self.spec.obs_dim, self.spec.act_dim
         if self.transport.warm_start_bag:   # one it cannot use: refused before a run folder

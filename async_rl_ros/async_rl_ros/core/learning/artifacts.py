@@ -153,6 +153,7 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
                                 title=title, rank=rank)
     summary: dict[str, Any] = dict(loop.totals())
+    summary['hidden_sizes'] = [int(h) for h in learner.cfg.sac.hidden_sizes]  # actor, critics
     if held_out is not None:
         summary.update(evaluation_summary(held_out))
     if note:
