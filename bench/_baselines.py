@@ -50,13 +50,14 @@ def zoo_entry(task: str) -> dict:
                     else 'her-defaults'])
 
 
-def baseline_env(task: str, env_cfg=None):
+def baseline_env(task: str, env_cfg):
     """
     Return the task as the baselines see it: a Gymnasium goal-conditioned env.
 
     :param task: ``gym:ID`` (built with ``gymnasium.make(ID)``) or a task of this package
         (its registered id; the ``env_worker`` settings of ``env_cfg`` that differ from the
         defaults are passed as overrides).
+    :param env_cfg: the run's ``env_worker`` section (the one ours trains with).
     """
     import gymnasium
 
@@ -70,7 +71,7 @@ def baseline_env(task: str, env_cfg=None):
     if not rows:
         raise SystemExit(f'task {task!r} has no Gymnasium registration for the baselines')
     default = EnvWorkerConfig().to_flat()
-    flat = env_cfg.to_flat() if env_cfg is not None else default
+    flat = env_cfg.to_flat()
     overrides = {k: v for k, v in flat.items() if v != default.get(k) and k != 'task.name'}
     return gymnasium.make(rows[0].env_id, **overrides)
 

@@ -99,11 +99,15 @@ def main() -> None:
     updates0, steps0 = run.loop.ready_at or (learner.updates, learner.env_steps)
     ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
     minutes = reached['env_steps'] / hz / 60 if reached else None
+    # wall clock until the evaluator had scored that snapshot (its lag behind the arm included)
+    wall = reached['wall_s'] / 60 if reached else None
     print(f'arm time to {100 * args.threshold:.0f} %: '
-          f'{"not reached" if minutes is None else f"{minutes:.1f} min"}; '
+          f'{"not reached" if minutes is None else f"{minutes:.1f} min"}'
+          f'{"" if wall is None else f" (known after {wall:.1f} min of wall clock)"}; '
           f'updates per transition sustained: {ratio:.2f}')
     print(json.dumps({'task': env_cfg.task.name, 'threshold': args.threshold,
                       'arm_minutes': round(minutes, 2) if minutes else None,
+                      'wall_minutes': round(wall, 2) if wall else None,
                       'updates_per_transition': round(ratio, 3),
                       'env_steps': learner.env_steps, 'updates': learner.updates}))
 
