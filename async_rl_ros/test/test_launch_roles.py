@@ -33,6 +33,7 @@ from launch.actions import DeclareLaunchArgument, ExecuteProcess  # noqa: E402
 from launch.actions import RegisterEventHandler  # noqa: E402
 from launch.utilities import perform_substitutions  # noqa: E402
 from launch_ros.actions import Node  # noqa: E402
+import yaml  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / 'launch' / 'train.launch.py'
@@ -135,7 +136,9 @@ def test_nodes_get_the_task_defaults_under_the_file_and_the_file_whole(tmp_path)
         assert tuple(learner['sac.hidden_sizes']) == width, task
         assert learner['total_env_steps'] == budget, task
         assert tuple(worker['hidden_sizes']) == width, task  # the workers' actor
-        assert perform_substitutions(LaunchContext(), list(worker['task.name'])) == task
+        # launch_ros keeps a string parameter as substitutions of its YAML text
+        assert yaml.safe_load(perform_substitutions(LaunchContext(),
+                                                    list(worker['task.name']))) == task
     # The file wins over the task's defaults, and its /** section reaches every node.
     text = CONFIG.read_text(encoding='utf-8').replace('    seed: 0\n', '').replace(
         '      gamma: 0.99\n', '      gamma: 0.99\n      hidden_sizes: [64, 64]\n')
