@@ -332,3 +332,11 @@ def test_a_delta_that_arrives_before_its_keyframe_waits_for_it_and_is_not_reject
     assert receiver.poll().version == 3
     assert receiver.rejected == 0 and receiver.resyncs == 1
     assert receiver.poll() is None           # nothing left waiting
+    # A receiver that starts now (a respawned worker) holds no run yet and sees delta 3
+    # before any keyframe: it waits for keyframe 2 too, rejecting nothing.
+    late_key = MemoryBoard()
+    fresh = WeightReceiver([(latest.view(), late_key.view())], OBS_DIM)
+    assert fresh.poll() is None and fresh.rejected == 0
+    post(late_key, key)
+    assert fresh.poll().version == 3
+    assert fresh.rejected == 0 and fresh.resyncs == 1

@@ -119,11 +119,15 @@ class ShardAssembler:
                 raise
             return state
 
-    def screen(self, sp: ShardPacket) -> tuple[WeightDecoder | None, bool, dict]:
+    def screen(self, sp: ShardPacket, waiting: bool = False
+               ) -> tuple[WeightDecoder | None, bool, dict]:
         """
         Check a packet against :attr:`expect` and the run held, allocating nothing big.
 
         :param sp: a shard's weights.
+        :param waiting: the packet is to wait for its keyframe, not to be applied: a delta of
+            a new run passes (a worker that starts or restarts mid-run may see the newest
+            delta before the keyframe it rests on).
         :returns: the shard's decoder of this run (``None``: none), whether the packet is of
             a new run, and the partitions of its layout.
         :raises CodecError: the packet is rejected (and counted).
@@ -140,8 +144,9 @@ class ShardAssembler:
                 raise CodecError('layout', 'the layout or chunk size changed within a run')
             if new_run:
                 held = None
-            newest_key = max((d.key_version for d in self.decoders.values()), default=-1)
-            check_versions(sp.packet, self.expect, new_run, newest_key)
+            newest_key = -1 if new_run else max(
+                (d.key_version for d in self.decoders.values()), default=-1)
+            check_versions(sp.packet, self.expect, new_run and not waiting, newest_key)
             parts = sp.partitions()  # bounded by check_fields
             check_tensors(sp.packet, parts, sp.layout, chunk_shape)
             check_extras(sp.packet.extras, self.expect, None if new_run else self._width)

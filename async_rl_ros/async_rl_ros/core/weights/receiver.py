@@ -247,8 +247,8 @@ class WeightReceiver:
             if self.assembler.lacks_base(packet):
                 base = key.read()
                 if base is None or base[0] != packet.packet.base_version:
-                    try:
-                        self.assembler.screen(packet)  # a bad one is not held: counted
+                    try:  # a bad one is not held: counted
+                        self.assembler.screen(packet, waiting=True)
                     except CodecError:
                         continue
                     self._waiting[i] = packet  # its keyframe is still on the way
