@@ -88,7 +88,7 @@ def train(seed: int, warmup_steps: int) -> tuple[Learner, object]:
     env_cfg = EnvWorkerConfig()
     cfg = LearnerConfig().replace(**{'seed': seed,
                                      'checkpoint.directory': '/tmp/async_rl_bench_compression'})
-    env, spec = build_env(env_cfg)
+    env, spec = build_env(env_cfg, training=True)
     learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
     loop = single_process_loop(learner, env, seed=seed)
     loop.maybe_publish()

@@ -116,7 +116,7 @@ def run_ours(seed: int, steps: int, marks: list[int], task: str = 'reach') -> di
 
     torch.set_num_threads(1)
     env_cfg, cfg = _configs(seed, steps, task)
-    env, spec = build_env(env_cfg)
+    env, spec = build_env(env_cfg, training=True)
     eval_env, _ = evaluation_env(env_cfg)
     learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
     curve, online, seconds, clock = {}, {}, {}, _Clock()

@@ -80,6 +80,30 @@ def test_a_baseline_leaves_no_log_folders_behind(monkeypatch, tmp_path):
     assert [p.name for p in tmp_path.glob('SB3-*')] == []
 
 
+@pytest.mark.parametrize('impl', ['sac', 'sac_her'])
+def test_a_baseline_trains_with_the_run_s_held_starts_and_is_judged_without_them(impl):
+    """``sim.cube_in_gripper`` shapes the baseline's training episodes, as it shapes ours."""
+    pytest.importorskip('stable_baselines3')
+    from async_rl_ros.envs.manipulation_task import REST_HEIGHT
+
+    bench = _load('sample_efficiency')
+    env_cfg = bench._configs(0, 200, 'pick_and_place')[0].replace(
+        **{'sim.cube_in_gripper': 1.0})
+    model, _, eval_env = bench.make_baseline(impl, 'pick_and_place', 0, 200, env_cfg)
+
+    def held(env):
+        env.reset(seed=3)
+        flat = getattr(env.unwrapped, 'env', env.unwrapped)   # under the goal-dict view
+        return bool(flat.backend.cell().cube[2] > REST_HEIGHT + 0.02)
+
+    try:
+        assert held(model.get_env().get_attr('unwrapped')[0])
+        assert not held(eval_env)
+    finally:
+        eval_env.close()
+        model.get_env().close()
+
+
 def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatch):
     """A default changed since (here the reach action) runs the job again."""
     bench = _load('sample_efficiency')

@@ -64,6 +64,46 @@ def test_the_fingers_hold_a_lifted_cube():
     env.close()
 
 
+def test_a_held_start_carries_the_cube_until_the_fingers_open():
+    env, _ = _env('pick_and_place')
+    obs, _ = env.reset(seed=5, options={'held': True})
+    np.testing.assert_allclose(obs[OBS_SLICES['cube']], obs[OBS_SLICES['tcp']], atol=1e-4)
+    assert obs[OBS_SLICES['cube']][2] > REST_HEIGHT + 0.02              # in the air
+    lift = np.array([0.0, 0.0, 1.0, -1.0], dtype=np.float32)           # up, fingers closed
+    for _ in range(30):
+        obs, *_ = env.step(lift)
+    assert obs[OBS_SLICES['cube']][2] > REST_HEIGHT + 0.15
+    assert np.linalg.norm(obs[OBS_SLICES['to_cube']]) < 0.005          # still between the pads
+    assert float(obs[OBS_SLICES['width']][0]) == pytest.approx(CUBE_SIZE, abs=0.003)
+    for _ in range(30):
+        obs, *_ = env.step(np.array([0.0, 0.0, 0.0, 1.0], dtype=np.float32))   # open
+    assert obs[OBS_SLICES['cube']][2] == pytest.approx(REST_HEIGHT, abs=0.003)  # on the table
+    env.close()
+
+
+def test_only_a_learning_worker_s_episodes_start_with_the_cube_held():
+    """``sim.cube_in_gripper``: a worker's share of held starts; evaluations never hold it."""
+    from async_rl_ros.envs.factory import build_worker, evaluation_env
+
+    cfg = EnvWorkerConfig().replace(**{'task.name': 'pick_and_place',
+                                       'sim.cube_in_gripper': 0.5})
+
+    def held(env):
+        starts = []
+        for seed in range(40):
+            obs, _ = env.reset(seed=seed)
+            starts.append(bool(obs[OBS_SLICES['cube']][2] > REST_HEIGHT + 0.02))
+        env.close()
+        return sum(starts)
+
+    assert 10 <= held(build_worker(cfg, 0, [8], 16).env) <= 30
+    assert held(build_env(cfg)[0]) == 0
+    assert held(evaluation_env(cfg)[0]) == 0
+    with pytest.raises(ConfigError) as err:
+        get_task('reach').check(cfg.replace(**{'task.name': 'reach'}))
+    assert err.value.key == 'sim.cube_in_gripper'
+
+
 def test_episodes_start_low_over_the_cube_so_that_exploring_moves_it():
     """From the reach home (0.26 m from the cube) random actions moved it in 0 of 40 episodes."""
     env, _ = _env('push')

@@ -36,7 +36,11 @@ from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.tasks import resolve_task
 
 __all__ = ['build_env', 'build_worker', 'check_config', 'evaluation_env', 'worker_seed',
-           'needs_object_pose']
+           'needs_object_pose', 'TRAINING_ONLY']
+
+#: Options that shape only the episodes a learning worker collects, with the values every
+#: other env (an evaluation, a fixed policy, a test) runs with.
+TRAINING_ONLY = {'sim.cube_in_gripper': 0.0}
 
 
 def worker_seed(cfg: EnvWorkerConfig, worker_id: int, restarts: int = 0) -> int:
@@ -55,8 +59,8 @@ def needs_object_pose(cfg: EnvWorkerConfig) -> bool:
     return cfg.backend == 'ur5' and bool(getattr(task, 'object_pose', False))
 
 
-def build_env(cfg: EnvWorkerConfig, gate: Any = None,
-              object_pose: PoseBoard | None = None) -> tuple[Any, TaskSpec]:
+def build_env(cfg: EnvWorkerConfig, gate: Any = None, object_pose: PoseBoard | None = None,
+              *, training: bool = False) -> tuple[Any, TaskSpec]:
     """
     Build (connect) the environment of ``cfg.task.name`` on ``cfg.backend``, with its spec.
 
@@ -65,9 +69,13 @@ def build_env(cfg: EnvWorkerConfig, gate: Any = None,
         command through (a fixed policy).
     :param object_pose: the board the transport feeds with the pose of the object a physical
         cell moves (:func:`needs_object_pose`).
+    :param training: the env of a learning worker: :data:`TRAINING_ONLY` options apply (any
+        other env runs with their values there).
     :raises ConfigError: an unknown task, or a configuration the task refuses.
     """
     task, spec = resolve_task(cfg)
+    if not training:
+        cfg = cfg.replace(**TRAINING_ONLY)
     extra = {'object_pose': object_pose} if getattr(task, 'object_pose', False) else {}
     env = task.make_env(cfg, gate=gate, **extra)
     _check_spaces(env, spec)
@@ -102,7 +110,7 @@ def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],
     if cfg.backend == 'ur5':
         from async_rl_ros.envs.rtde_supervisor import PolicyGate
         gate = PolicyGate.from_config(cfg.rtde)
-    env, spec = build_env(cfg, gate, object_pose)
+    env, spec = build_env(cfg, gate, object_pose, training=True)
     seed = worker_seed(cfg, worker_id, restarts)
     source = 'real' if cfg.backend == 'ur5' else 'sim'
     policy = WorkerPolicy(spec.obs_dim, spec.act_dim, hidden, seed)

@@ -117,8 +117,9 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         """
         Bring the arm near home with the gripper open, put the cube down, draw a target.
 
-        ``options`` may force the start joints (``'q'``), the cube's (x, y) (``'cube'``) or the
-        target (``'target'``).
+        ``options`` may force the start joints (``'q'``), the cube's (x, y) (``'cube'``), the
+        target (``'target'``) or, in simulation, whether the fingers start closed on the cube
+        (``'held'``; drawn with probability ``sim.cube_in_gripper`` otherwise).
         """
         super().reset(seed=seed)
         self._episode_boundary()
@@ -127,15 +128,23 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         q = options.get('q')
         if q is None:
             q = sample_start(self.start, self.safety, self.backend, rng, also=clears_cube)
+        q = np.asarray(q, dtype=np.float64)
         cube = options.get('cube')
         if cube is None:
             cube = rng.uniform(m.object_low, m.object_high)
+        held = options.get('held')
+        if held is None:   # no draw at 0: the episodes of a seed stay those they were
+            share = self.cfg.sim.cube_in_gripper if self.cfg.backend == 'sim' else 0.0
+            held = share > 0.0 and rng.uniform() < share
+        if held and self.cfg.backend != 'sim':
+            raise ValueError("reset option 'held' needs the simulated cell (backend: sim)")
         # The cube starts square to the fingers, as in Fetch and panda-gym; a physical cell
         # waits for it in the start box instead, so the target is drawn from where it lies.
-        state = self.backend.reset_cell(np.asarray(q, dtype=np.float64), np.asarray(cube), 0.0)
+        state = (self.backend.reset_held(q) if held
+                 else self.backend.reset_cell(q, np.asarray(cube), 0.0))
         target = options.get('target')
         self.target = (np.asarray(target, dtype=np.float64) if target is not None
-                       else self.task.sample_goal(m, self.backend.cell().cube[:2], rng))
+                       else self.task.sample_goal(m, self.backend.cell().cube, rng))
         self.backend.show_target(self.target)
         self.safety.reset()
         self._interventions_at_reset = self.safety.interventions

@@ -166,11 +166,10 @@ class ManipulationTask:
             raise ConfigError('manipulation.goal_height', m.goal_height,
                               f'at most {hi[2] - REST_HEIGHT:g} (the safety box top)')
 
-    def sample_goal(self, cfg: ManipulationConfig, cube_xy: np.ndarray,
+    def sample_goal(self, cfg: ManipulationConfig, cube: np.ndarray,
                     rng: np.random.Generator) -> np.ndarray:
-        """Draw a target farther than the success distance from the cube's start."""
-        start = np.array([cube_xy[0], cube_xy[1], REST_HEIGHT])
-        goal = start
+        """Draw a target farther than the success distance from the cube's start position."""
+        start = goal = np.asarray(cube, dtype=np.float64)
         for _ in range(GOAL_DRAWS):
             xy = rng.uniform(cfg.goal_low, cfg.goal_high)
             z = REST_HEIGHT

@@ -111,6 +111,27 @@ class PyBulletCell(PyBulletUR5):
         pybullet.resetBaseVelocity(self.cube, [0.0] * 3, [0.0] * 3, physicsClientId=self.cid)
         return self.reset(q)
 
+    def reset_held(self, q: np.ndarray) -> ArmState:
+        """
+        Put the arm at ``q`` at rest with the cube between its fingers, closing on it.
+
+        The cube is centred on the grasp point, square to the pads, which touch it and press
+        with ``grip_force`` from the first step: a start that already carries the cube
+        (``sim.cube_in_gripper``).
+        """
+        self._rebuild()
+        state = self.reset(q)
+        for f in self.fingers:
+            pybullet.resetJointState(self.robot, f, CUBE_SIZE / 2, 0.0, physicsClientId=self.cid)
+        self.width_target = 0.0
+        self._grip()
+        link = pybullet.getLinkState(self.robot, self.tcp_link, computeForwardKinematics=True,
+                                     physicsClientId=self.cid)
+        pybullet.resetBasePositionAndOrientation(self.cube, link[4], link[5],
+                                                 physicsClientId=self.cid)
+        pybullet.resetBaseVelocity(self.cube, [0.0] * 3, [0.0] * 3, physicsClientId=self.cid)
+        return state
+
     def use_config(self, cfg: EnvWorkerConfig) -> None:
         """Take the control period and the gripper's force and speed (``manipulation.grip_*``)."""
         super().use_config(cfg)

@@ -53,8 +53,11 @@ class UR5ReachTask:
                         FINAL_DISTANCE, real_arm=True, goal_free=('q', 'qd', 'ee_pos'))
 
     def check(self, cfg: EnvWorkerConfig) -> None:
-        """Refuse start poses the safety limits reject (see :func:`.check_starts`)."""
+        """Refuse start poses the safety limits reject (:func:`.check_starts`), or a cube."""
         check_starts(cfg)
+        if cfg.sim.cube_in_gripper:
+            raise ConfigError('sim.cube_in_gripper', cfg.sim.cube_in_gripper,
+                              '0 for reach (a cube task option: push, pick_and_place)')
 
     def scripted(self, env: Any) -> Callable[[np.ndarray], np.ndarray]:
         """Return the resolved-rate reach controller for ``env``'s action."""

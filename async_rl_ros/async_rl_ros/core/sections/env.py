@@ -234,6 +234,15 @@ class SimConfig(Section):
     real_time: bool = option(False, 'Pace the simulated arm to the wall clock (one control '
                              'period per step), as a physical arm delivers its transitions: '
                              'arm-time studies without an arm.')
+    cube_in_gripper: float = option(0.0, 'Share of the training episodes of the cube tasks '
+                                    'that start with the cube held between the closed fingers '
+                                    'at the start pose, as in the pick-and-place experiments '
+                                    'of Hindsight Experience Replay (Andrychowicz et al. '
+                                    '2017): the learner sees a carried cube from the first '
+                                    'episodes. Evaluations, a fixed policy and a physical arm '
+                                    "start with the cube on the table; the workers' own "
+                                    'episode statistics include these starts. 0 for reach '
+                                    'and Gymnasium tasks.', low=0.0, high=1.0)
 
 
 @dataclasses.dataclass
