@@ -60,7 +60,8 @@ def needs_object_pose(cfg: EnvWorkerConfig) -> bool:
 
 
 def build_env(cfg: EnvWorkerConfig, gate: Any = None, object_pose: PoseBoard | None = None,
-              *, training: bool = False) -> tuple[Any, TaskSpec]:
+              *, training: bool = False, render_mode: str | None = None
+              ) -> tuple[Any, TaskSpec]:
     """
     Build (connect) the environment of ``cfg.task.name`` on ``cfg.backend``, with its spec.
 
@@ -71,12 +72,16 @@ def build_env(cfg: EnvWorkerConfig, gate: Any = None, object_pose: PoseBoard | N
         cell moves (:func:`needs_object_pose`).
     :param training: the env of a learning worker: :data:`TRAINING_ONLY` options apply (any
         other env runs with their values there).
+    :param render_mode: ``'human'`` or ``'rgb_array'`` for a person to watch (``None``: no
+        rendering).
     :raises ConfigError: an unknown task, or a configuration the task refuses.
     """
     task, spec = resolve_task(cfg)
     if not training:
         cfg = cfg.replace(**TRAINING_ONLY)
     extra = {'object_pose': object_pose} if getattr(task, 'object_pose', False) else {}
+    if render_mode is not None:
+        extra['render_mode'] = render_mode
     env = task.make_env(cfg, gate=gate, **extra)
     _check_spaces(env, spec)
     return env, spec

@@ -250,7 +250,8 @@ def _control(args: argparse.Namespace, stop: StopRequest) -> int:
     if args.policy == 'scripted' and scripted is None:
         raise ConfigError('--policy', 'scripted', f'random for task {task.name!r}: it has no '
                           f'scripted controller (reach, push and pick_and_place have one)')
-    env = task.make_env(env_cfg, render_mode='human' if args.render else None)
+    from async_rl_ros.envs.factory import build_env
+    env, _ = build_env(env_cfg, render_mode='human' if args.render else None)  # no training
     try:
         if args.policy == 'scripted':
             policy = scripted(env)
