@@ -83,7 +83,7 @@ def test_a_held_start_carries_the_cube_until_the_fingers_open():
 
 def test_only_a_learning_worker_s_episodes_start_with_the_cube_held():
     """``sim.cube_in_gripper``: a worker's share of held starts; evaluations never hold it."""
-    from async_rl_ros.envs.factory import build_worker, evaluation_env
+    from async_rl_ros.envs.factory import build_worker, check_config, evaluation_env
 
     cfg = EnvWorkerConfig().replace(**{'task.name': 'pick_and_place',
                                        'sim.cube_in_gripper': 0.5})
@@ -100,7 +100,7 @@ def test_only_a_learning_worker_s_episodes_start_with_the_cube_held():
     assert held(build_env(cfg)[0]) == 0
     assert held(evaluation_env(cfg)[0]) == 0
     with pytest.raises(ConfigError) as err:
-        get_task('reach').check(cfg.replace(**{'task.name': 'reach'}))
+        check_config(cfg.replace(**{'task.name': 'reach'}))
     assert err.value.key == 'sim.cube_in_gripper'
 
 

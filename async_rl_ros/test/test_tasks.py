@@ -158,6 +158,11 @@ def test_a_registered_task_is_found_by_name(plugin_dir):
     env, built_spec = build_env(EnvWorkerConfig().replace(**{'task.name': 'point'}))
     assert built_spec == spec
     env.close()
+    # It cannot start with an object held: a share of such starts is refused, not ignored.
+    with pytest.raises(ConfigError) as err:
+        resolve_task(EnvWorkerConfig().replace(**{'task.name': 'point',
+                                                  'sim.cube_in_gripper': 0.5}))
+    assert err.value.key == 'sim.cube_in_gripper'
 
 
 def test_bad_plugins_and_unknown_names_are_one_line_errors(plugin_dir):

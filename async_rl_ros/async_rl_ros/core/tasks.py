@@ -221,6 +221,10 @@ class Task(Protocol):
         sees from outside (a camera): its ``make_env`` also takes ``object_pose``, the board
         its transport feeds with that object's pose (``None`` in simulation).
 
+        A task whose class sets ``held_start = True`` can start a simulated episode with its
+        object held (``reset`` option ``held``, drawn with ``sim.cube_in_gripper``); any
+        other task is refused a non-zero share.
+
         A task may also set ``parameter_defaults``, node section -> dotted key -> value
         (``{'learner': {'sac.hidden_sizes': [256, 256]}}``): what it trains with where the
         parameter file and the command line say nothing.

@@ -307,10 +307,6 @@ class GymGoalTask:
         if getattr(cfg, 'backend', 'sim') == 'ur5':
             raise ConfigError('backend', cfg.backend, f'sim: task {self.name} is a simulated '
                               'Gymnasium env, with no safety filter and no physical arm')
-        held = getattr(getattr(cfg, 'sim', None), 'cube_in_gripper', 0.0)
-        if held:
-            raise ConfigError('sim.cube_in_gripper', held, f'0 for {self.name} (a UR5 cube '
-                              'task option: push, pick_and_place)')
         _check_goal_env(_probe(self.env_id), self.name)
 
     def spec(self, cfg: Any = None) -> TaskSpec:

@@ -119,6 +119,10 @@ def resolve_task(cfg: EnvWorkerConfig) -> tuple[Task, TaskSpec]:
     :raises ConfigError: an unknown task, or a configuration the task refuses.
     """
     task = get_task(cfg.task.name)
+    held = cfg.sim.cube_in_gripper
+    if held and not getattr(task, 'held_start', False):
+        raise ConfigError('sim.cube_in_gripper', held, f'0 for task {task.name!r}: only a task '
+                          'that can start with its object held takes it (push, pick_and_place)')
     task.check(cfg)
     return task, task.spec(cfg)
 

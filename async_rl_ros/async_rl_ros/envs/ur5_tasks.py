@@ -53,11 +53,8 @@ class UR5ReachTask:
                         FINAL_DISTANCE, real_arm=True, goal_free=('q', 'qd', 'ee_pos'))
 
     def check(self, cfg: EnvWorkerConfig) -> None:
-        """Refuse start poses the safety limits reject (:func:`.check_starts`), or a cube."""
+        """Refuse start poses the safety limits reject (see :func:`.check_starts`)."""
         check_starts(cfg)
-        if cfg.sim.cube_in_gripper:
-            raise ConfigError('sim.cube_in_gripper', cfg.sim.cube_in_gripper,
-                              '0 for reach (a cube task option: push, pick_and_place)')
 
     def scripted(self, env: Any) -> Callable[[np.ndarray], np.ndarray]:
         """Return the resolved-rate reach controller for ``env``'s action."""
@@ -81,6 +78,8 @@ class UR5CubeTask(ManipulationTask):
 
     #: A physical cell needs the cube's pose from outside (``make_env(object_pose=...)``).
     object_pose = True
+    #: A simulated episode may start with the cube held (``sim.cube_in_gripper``).
+    held_start = True
 
     def scripted(self, env: Any) -> Callable[[np.ndarray], np.ndarray]:
         """

@@ -241,8 +241,9 @@ class SimConfig(Section):
                                     '2017): the learner sees a carried cube from the first '
                                     'episodes. Evaluations, a fixed policy and a physical arm '
                                     "start with the cube on the table; the workers' own "
-                                    'episode statistics include these starts. 0 for reach '
-                                    'and Gymnasium tasks.', low=0.0, high=1.0)
+                                    'episode statistics include these starts. Other tasks '
+                                    '(reach, gym:) refuse a share above 0.', low=0.0,
+                                    high=1.0)
 
 
 @dataclasses.dataclass
