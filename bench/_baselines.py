@@ -76,13 +76,6 @@ def baseline_env(task: str, env_cfg):
     return gymnasium.make(rows[0].env_id, **overrides)
 
 
-def evaluated(env_cfg):
-    """Return ``env_cfg`` as evaluations run it: without the training-only options."""
-    from async_rl_ros.envs.factory import TRAINING_ONLY
-
-    return env_cfg.replace(**TRAINING_ONLY)
-
-
 def make_baseline(impl: str, task: str, seed: int, steps: int, env_cfg,
                   device: str = 'cpu'):
     """
@@ -99,14 +92,15 @@ def make_baseline(impl: str, task: str, seed: int, steps: int, env_cfg,
     from stable_baselines3 import HerReplayBuffer, SAC
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
+    from async_rl_ros.envs.factory import build_env, outside_training
+
     if impl == 'sac':
-        from async_rl_ros.envs.factory import build_env
         env, _ = build_env(env_cfg, training=True)
         eval_env, _ = build_env(env_cfg)
         return (_quiet(SAC('MlpPolicy', env, seed=seed, verbose=0, device=device)), None,
                 eval_env)
     hp = zoo_entry(task)
-    env, eval_env = baseline_env(task, env_cfg), baseline_env(task, evaluated(env_cfg))
+    env, eval_env = baseline_env(task, env_cfg), baseline_env(task, outside_training(env_cfg))
     venv = normalize = DummyVecEnv([lambda: env])
     if not hp.pop('normalize'):
         normalize = None

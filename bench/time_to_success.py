@@ -48,17 +48,17 @@ import time
 
 import numpy as np
 
-from _baselines import baseline_env, evaluated, make_baseline  # beside this script
+from _baselines import baseline_env, make_baseline  # beside this script
 
 EVAL_SEED = 2_000_000
 
 
 def _eval_env(task: str, seed: int = 0, baseline: str | None = None):
     """Return the env a setting is evaluated on: the task's flat env, or the baseline's."""
-    if baseline is not None and baseline != 'sac':
-        return baseline_env(task, evaluated(_configs(10**9, seed, task)[0]))
-    from async_rl_ros.envs.factory import evaluation_env
+    from async_rl_ros.envs.factory import evaluation_env, outside_training
 
+    if baseline is not None and baseline != 'sac':
+        return baseline_env(task, outside_training(_configs(10**9, seed, task)[0]))
     return evaluation_env(_configs(10**9, seed, task)[0])[0]
 
 

@@ -36,11 +36,16 @@ from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.tasks import resolve_task
 
 __all__ = ['build_env', 'build_worker', 'check_config', 'evaluation_env', 'worker_seed',
-           'needs_object_pose', 'TRAINING_ONLY']
+           'needs_object_pose', 'outside_training', 'TRAINING_ONLY']
 
 #: Options that shape only the episodes a learning worker collects, with the values every
 #: other env (an evaluation, a fixed policy, a test) runs with.
 TRAINING_ONLY = {'sim.cube_in_gripper': 0.0}
+
+
+def outside_training(cfg: EnvWorkerConfig) -> EnvWorkerConfig:
+    """Return ``cfg`` as every env but a learning worker's runs it (:data:`TRAINING_ONLY`)."""
+    return cfg.replace(**TRAINING_ONLY)
 
 
 def worker_seed(cfg: EnvWorkerConfig, worker_id: int, restarts: int = 0) -> int:
@@ -78,7 +83,7 @@ def build_env(cfg: EnvWorkerConfig, gate: Any = None, object_pose: PoseBoard | N
     """
     task, spec = resolve_task(cfg)
     if not training:
-        cfg = cfg.replace(**TRAINING_ONLY)
+        cfg = outside_training(cfg)
     extra = {'object_pose': object_pose} if getattr(task, 'object_pose', False) else {}
     if render_mode is not None:
         extra['render_mode'] = render_mode
