@@ -43,6 +43,7 @@ from async_rl_ros.core.weights.codec import CodecError  # noqa: E402
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica  # noqa: E402
 from async_rl_ros.envs.reach_env import UR5ReachEnv  # noqa: E402
 from async_rl_ros.ros import conversions  # noqa: E402
+from async_rl_ros.ros.env_worker_node import EnvWorkerNode  # noqa: E402
 from async_rl_ros.ros.learner_node import LearnerNode  # noqa: E402
 from async_rl_ros.ros.params import SectionParameters  # noqa: E402
 from async_rl_ros_interfaces.msg import (PolicyWeights, TransitionBatch,  # noqa: E402
@@ -51,6 +52,7 @@ import numpy as np  # noqa: E402
 from rcl_interfaces.msg import ParameterType  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
+import torch  # noqa: E402
 
 PERSPECTIVE = pathlib.Path(__file__).resolve().parents[1] / 'config' / 'async_rl.perspective'
 
@@ -199,6 +201,39 @@ def test_a_parameter_change_reaches_the_commands(context):
         if env is not None:
             env.close()
         node.destroy_node()
+
+
+def test_nodes_started_by_hand_take_their_tasks_defaults_under_the_file(context, tmp_path):
+    """``ros2 run ... --params-file`` with ``task.name: push``: what the launch file gives."""
+    def params_file(name: str, learner: str) -> list[str]:
+        path = tmp_path / name
+        path.write_text('/**:\n  ros__parameters:\n    task: {name: push}\n'
+                        f'learner:\n  ros__parameters:\n    log_dir: {tmp_path / name}.runs\n'
+                        f'    eval_every: 0\n    sac: {{device: cpu{learner}}}\n'
+                        f'    checkpoint: {{directory: {tmp_path / name}.ckpt}}\n')
+        return ['--ros-args', '--params-file', str(path)]
+
+    def learner_says(args: list[str]) -> tuple:
+        learner = LearnerNode(cli_args=args)
+        try:
+            layers = [m.out_features for m in learner.learner.sac.actor.modules()
+                      if isinstance(m, torch.nn.Linear)]
+            return (learner.eval_env_cfg.task.name, list(learner.cfg.sac.hidden_sizes),
+                    learner.cfg.total_env_steps, tuple(layers[:2]))
+        finally:
+            learner.close()
+            learner.destroy_node()
+
+    plain = params_file('push.yaml', '')
+    assert learner_says(plain) == ('push', [256, 256], 200000, (256, 256))
+    worker = EnvWorkerNode(cli_args=plain)
+    try:  # the width of the weights the learner will send
+        assert worker.cfg.task.name == 'push' and worker.hidden == (256, 256)
+    finally:
+        worker.destroy_node()
+    # a value the file sets wins over the task's
+    assert learner_says(params_file('own.yaml', ', hidden_sizes: [64, 64]')) == (
+        'push', [64, 64], 200000, (64, 64))
 
 
 def _plotted_topics() -> list[str]:

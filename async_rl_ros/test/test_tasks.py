@@ -125,6 +125,10 @@ class BadDefaultNode(PointTask):
     parameter_defaults = {'lerner': {'total_env_steps': 400}}
 
 
+class MachineDefault(PointTask):  # a transport option is the machine's, not the task's
+    parameter_defaults = {'ros_transport': {'metrics_hz': 4.0}}
+
+
 def not_a_task():
     return object()
 """
@@ -133,6 +137,7 @@ ENTRY_POINTS = '\n'.join([f'[{ENTRY_POINT_GROUP}]', 'point = point_task:PointTas
                           'wrong = point_task:WrongWidth', 'not_a_task = point_task:not_a_task',
                           'bad_key = point_task:BadDefaultKey',
                           'bad_node = point_task:BadDefaultNode',
+                          'machine_default = point_task:MachineDefault',
                           'missing = point_task_gone:Task', ''])
 
 
@@ -181,8 +186,11 @@ def test_bad_plugins_and_unknown_names_are_one_line_errors(plugin_dir):
                        r"learner.sac.hiden_sizes = .*did you mean 'learner.sac.hidden_sizes'"):
         task_defaults('bad_key')
     with pytest.raises(ConfigError, match=r"^parameter_defaults of task 'bad_node': "
-                       r"<node section> = 'lerner' .*env_worker, learner"):
+                       r"<node section> = 'lerner' .*one of env_worker, learner\)$"):
         task_defaults('bad_node')
+    with pytest.raises(ConfigError, match=r"<node section> = 'ros_transport' .*one of "
+                       r'env_worker, learner\)$'):
+        task_defaults('machine_default')
 
 
 def test_a_task_brings_its_own_defaults_and_the_file_and_command_line_win(tmp_path):

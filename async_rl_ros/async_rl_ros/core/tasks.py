@@ -225,7 +225,7 @@ class Task(Protocol):
         object held (``reset`` option ``held``, drawn with ``sim.cube_in_gripper``); any
         other task is refused a non-zero share.
 
-        A task may also set ``parameter_defaults``, node section -> dotted key -> value
-        (``{'learner': {'sac.hidden_sizes': [256, 256]}}``): what it trains with where the
-        parameter file and the command line say nothing.
+        A task may also set ``parameter_defaults``, node section (``env_worker`` or
+        ``learner``) -> dotted key -> value (``{'learner': {'sac.hidden_sizes': [256, 256]}}``):
+        what it trains with where the parameter file and the command line say nothing.
         """

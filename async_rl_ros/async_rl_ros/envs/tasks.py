@@ -46,11 +46,13 @@ from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, load_node_co
 from async_rl_ros.core.options import Section
 from async_rl_ros.core.tasks import Task, TaskSpec
 
-__all__ = ['ENTRY_POINT_GROUP', 'GYM_PREFIX', 'BUILTIN_TASKS', 'get_task', 'load_sections',
-           'resolve_task', 'task_defaults', 'task_names']
+__all__ = ['ENTRY_POINT_GROUP', 'GYM_PREFIX', 'BUILTIN_TASKS', 'TASK_SECTIONS', 'get_task',
+           'load_sections', 'resolve_task', 'task_defaults', 'task_names']
 
 #: Entry point group third-party packages register their tasks under.
 ENTRY_POINT_GROUP = 'async_rl_ros.tasks'
+#: The node sections a task's ``parameter_defaults`` may set (:func:`task_defaults`).
+TASK_SECTIONS = ('env_worker', 'learner')
 #: Prefix of a Gymnasium id used as a task.
 GYM_PREFIX = 'gym:'
 
@@ -133,7 +135,10 @@ def task_defaults(name: str) -> dict[str, dict[str, Any]]:
 
     A plug-in may set ``parameter_defaults``: node section -> dotted key -> value, e.g.
     ``{'learner': {'sac.hidden_sizes': [256, 256]}}``. They go under the parameter file and the
-    command line (:func:`load_sections`): any value set there wins.
+    command line (:func:`load_sections`): any value set there wins. Only the sections
+    :data:`TASK_SECTIONS` (how the arm acts, how the learner learns): every node that reads
+    them knows the task, so a node started by hand applies them too
+    (``ros/params.py``); transport and runner options belong to the machine.
 
     :raises ConfigError: an unknown task, or a default no node reads or out of its range.
     """
@@ -141,10 +146,10 @@ def task_defaults(name: str) -> dict[str, dict[str, Any]]:
     source = f'parameter_defaults of task {name!r}'
     out: dict[str, dict[str, Any]] = {}
     for node, values in raw.items():
-        cls = NODE_SECTIONS.get(node)
-        if cls is None:
-            raise ConfigError('<node section>', node, 'one of ' + ', '.join(NODE_SECTIONS),
+        if node not in TASK_SECTIONS:
+            raise ConfigError('<node section>', node, 'one of ' + ', '.join(TASK_SECTIONS),
                               source)
+        cls = NODE_SECTIONS[node]
         cls.from_flat(values, source=source, prefix=f'{node}.')  # every key and value checked
         out[node] = copy.deepcopy(dict(values))
     return out

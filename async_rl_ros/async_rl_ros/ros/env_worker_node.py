@@ -49,7 +49,7 @@ from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.conversions import batch_to_msg, msg_to_shard_packet
 from async_rl_ros.ros.node_utils import LoggingAdapter, run_node
-from async_rl_ros.ros.params import SectionParameters
+from async_rl_ros.ros.params import declare_task, SectionParameters
 from async_rl_ros_interfaces.msg import PolicyWeights, TrainingStats, TransitionBatch, WorkerStatus
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
@@ -62,8 +62,10 @@ class EnvWorkerNode(ArmNode):
 
     def __init__(self, **kwargs):
         super().__init__('env_worker', **kwargs)
+        defaults = declare_task(self)  # the task's own, under the parameter file
         self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config,
-                                     check=check_config).section
+                                     check=check_config,
+                                     defaults=defaults.get('env_worker')).section
         self.transport = SectionParameters(self, RosTransportConfig, 'transport.',
                                            frozen=True).section
         self.worker_id = self.declare_parameter(
@@ -71,7 +73,8 @@ class EnvWorkerNode(ArmNode):
                 description='Id stamped on every transition of this worker.', read_only=True,
                 integer_range=[IntegerRange(from_value=0, to_value=2**31 - 1, step=1)])).value
         self.hidden = tuple(self.declare_parameter(
-            'hidden_sizes', list(LearnerConfig().sac.hidden_sizes), ParameterDescriptor(
+            'hidden_sizes', list(LearnerConfig().replace(**defaults.get('learner', {}))
+                                 .sac.hidden_sizes), ParameterDescriptor(
                 description="Hidden layer widths of the learner's actor (learner "
                 'sac.hidden_sizes).', read_only=True)).value)
         self.source = 'sim' if self.cfg.backend == 'sim' else 'real'

@@ -75,7 +75,7 @@ from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
                                           status_to_receiver_stats)
 from async_rl_ros.ros.diagnostics import LearnerDiagnostics
 from async_rl_ros.ros.node_utils import log_late, run_node
-from async_rl_ros.ros.params import SectionParameters
+from async_rl_ros.ros.params import declare_task, SectionParameters, within
 from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionBatch,
                                          WeightsCommit, WorkerStatus)
 from diagnostic_msgs.msg import DiagnosticArray
@@ -102,7 +102,8 @@ class LearnerNode(Node):
 
     def __init__(self, **kwargs):
         super().__init__('learner', **kwargs)
-        self.cfg = SectionParameters(self, LearnerConfig).section
+        defaults = declare_task(self)  # the workers' task and its own defaults
+        self.cfg = SectionParameters(self, LearnerConfig, defaults=defaults.get('learner')).section
         self.transport = SectionParameters(self, RosTransportConfig, 'transport.').section
         resume = self.declare_parameter('resume', False, ParameterDescriptor(
             description='Continue the latest run under log_dir, in its folder (false: a new '
@@ -114,7 +115,9 @@ class LearnerNode(Node):
         # its options, safety limits and simulator (the evaluator's simulated arm).
         self.eval_env_cfg = EnvWorkerConfig().replace(**{
             f'{name}.{key}': value for name, cls in LEARNER_ENV_SECTIONS.items()
-            for key, value in SectionParameters(self, cls, f'{name}.', frozen=True)
+            for key, value in SectionParameters(
+                self, cls, f'{name}.', frozen=True,
+                defaults=within(defaults.get('env_worker', {}), f'{name}.'))
             .section.to_flat().items()})
         _, self.spec = resolve_task(self.eval_env_cfg)
         self.obs_dim, self.act_dim = self.spec.obs_dim, self.spec.act_dim

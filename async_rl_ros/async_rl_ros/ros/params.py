@@ -27,6 +27,11 @@ registers the environment's ``apply_config``, e.g.
 :meth:`~async_rl_ros.envs.reach_env.UR5ReachEnv.apply_config`, which tightens
 limits at once and applies the rest at the next episode). Options that cannot change while
 a node runs are declared ``read_only`` and refused by ROS.
+
+A section's declared defaults are the dataclass's, or the task's where it has its own
+(:func:`declare_task`, :func:`~async_rl_ros.envs.tasks.task_defaults`): a node started by hand
+with ``--params-file`` trains what the launch file would have given it (``task.name: push``:
+``[256, 256]`` networks); a value in the file still wins.
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 import typing
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from async_rl_ros.core.config import ConfigError, OptionInfo, Section
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, OptionInfo, Section
+from async_rl_ros.envs.tasks import task_defaults
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
                                 ParameterType, SetParametersResult)
 
-__all__ = ['SectionParameters', 'descriptor_for']
+__all__ = ['SectionParameters', 'declare_task', 'descriptor_for', 'within']
 
 _INT64 = (-2**63, 2**63 - 1)
 _DOUBLE_MAX = sys.float_info.max
@@ -101,24 +107,33 @@ class SectionParameters:
     :param check: more checks of a whole section beyond its ``validate()``, raising
         :class:`ConfigError` (the env worker's: its task plug-in's, which need kinematics);
         run on the start parameters and on every change before it is accepted.
+    :param defaults: dotted key (without ``prefix``) -> the value declared as the default in
+        place of the dataclass's (the task's own defaults, from :func:`declare_task`).
     :raises ConfigError: the parameters the node was started with are invalid.
+
+    A parameter of the section the node declared before (``task.name``, by
+    :func:`declare_task`) is read, not declared again.
     """
 
     def __init__(self, node: Any, cls: type[Section], prefix: str = '',
                  on_change: Callable[[Section, tuple[str, ...]], Any] | None = None,
-                 frozen: bool = False, check: Callable[[Section], Any] | None = None):
+                 frozen: bool = False, check: Callable[[Section], Any] | None = None,
+                 defaults: Mapping[str, Any] | None = None):
         self.node, self.cls, self.prefix = node, cls, prefix
         self.on_change, self.check = on_change, check
-        declared = []
+        declared, names = [], []
         for name, tp, info, default in cls.options():
             full = prefix + name
+            names.append(full)
+            if node.has_parameter(full):
+                continue
+            default = (defaults or {}).get(name, default)
             value = list(default) if isinstance(default, (list, tuple)) else default
             if frozen:
                 info = dataclasses.replace(info, read_only=True)
             declared.append((full, value, descriptor_for(full, tp, info)))
         node.declare_parameters('', declared)
-        values = {name[len(prefix):]: node.get_parameter(name).value
-                  for name, _, _ in declared}
+        values = {name[len(prefix):]: node.get_parameter(name).value for name in names}
         #: The validated, live section.
         self.section = cls.from_flat({k: _plain(v) for k, v in values.items()},
                                      source=f'{node.get_name()} parameters')
@@ -145,6 +160,28 @@ class SectionParameters:
         if self.on_change is not None and changed:
             self.on_change(self.section, changed)
         return SetParametersResult(successful=True)
+
+
+def declare_task(node: Any) -> dict[str, dict[str, Any]]:
+    """
+    Declare the ``task.name`` parameter first and return what that task trains with.
+
+    The ``env_worker`` section's option, declared as :class:`SectionParameters` declares it
+    (which then reads it); the nodes declare their sections with the returned defaults.
+
+    :returns: node section (``env_worker``, ``learner``) -> dotted key -> the task's default.
+    :raises ConfigError: an unknown task.
+    """
+    ((name, tp, info, default),) = (option for option in EnvWorkerConfig.options()
+                                    if option[0] == 'task.name')
+    value = node.declare_parameter(name, default, descriptor_for(name, tp, info)).value
+    return task_defaults(value)
+
+
+def within(defaults: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Return the keys of ``defaults`` under ``prefix`` (``'task.'``), without it."""
+    return {key[len(prefix):]: value for key, value in defaults.items()
+            if key.startswith(prefix)}
 
 
 def _plain(value: Any) -> Any:

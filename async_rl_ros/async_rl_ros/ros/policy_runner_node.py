@@ -39,7 +39,7 @@ from async_rl_ros.envs.factory import build_env, check_config
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.arm_node import ArmNode
 from async_rl_ros.ros.node_utils import run_node
-from async_rl_ros.ros.params import SectionParameters
+from async_rl_ros.ros.params import declare_task, SectionParameters
 from async_rl_ros_interfaces.msg import WorkerStatus
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
@@ -53,8 +53,9 @@ class PolicyRunnerNode(ArmNode):
 
     def __init__(self, **kwargs):
         super().__init__('policy_runner', **kwargs)
+        defaults = declare_task(self).get('env_worker')  # the task's own, under the file
         self.cfg = SectionParameters(self, EnvWorkerConfig, on_change=self.on_env_config,
-                                     check=check_config).section
+                                     check=check_config, defaults=defaults).section
         self.policy_path = self.declare_parameter(
             'policy_path', 'runs/async_rl/latest/policy.pt', ParameterDescriptor(
                 description='TorchScript policy exported by the learner (default: that of '
