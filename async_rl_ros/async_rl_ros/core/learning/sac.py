@@ -50,9 +50,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import warnings
 
 from async_rl_ros.core.config import ConfigError, SACConfig
-from async_rl_ros.core.learning.networks import Actor, PolicyForExport, TwinQ
+from async_rl_ros.core.learning.networks import Actor, TwinQ
 from async_rl_ros.core.learning.policy_reg import POLICY_REG_BASE, PolicyRegularization
 from async_rl_ros.core.learning.sac_knobs import SACKnobs
+from async_rl_ros.core.learning.sac_policies import SACPolicies
 from async_rl_ros.core.learning.sac_state import SACState
 from async_rl_ros.core.learning.step_guard import (all_finite, finite_guard, FiniteGuard,
                                                    fused_adam, Guard, guarded_step)
@@ -103,12 +104,13 @@ class _Body:
     actor_keys: list[str] = dataclasses.field(default_factory=list)
 
 
-class SAC(SACKnobs, SACState):
+class SAC(SACKnobs, SACPolicies, SACState):
     """
     Actor, twin critics, target critics, temperature and their optimizers.
 
     Its resumable state is :meth:`state_dict` and :meth:`load_state_dict`
-    (:class:`~.sac_state.SACState`); the doctor's knobs are :class:`~.sac_knobs.SACKnobs`.
+    (:class:`~.sac_state.SACState`); the doctor's knobs are :class:`~.sac_knobs.SACKnobs`;
+    the policies it hands out are :class:`~.sac_policies.SACPolicies`.
 
     :param obs_dim: observation width (observations arrive normalized).
     :param act_dim: action width; actions lie in [-1, 1].
@@ -393,44 +395,6 @@ class SAC(SACKnobs, SACState):
                                          self.alpha_optimizer)
                        for group in optimizer.param_groups)
         return groups, tuple(vars(self.cfg).values()), self.target_entropy
-
-    @property
-    def alpha(self) -> float:
-        """Return the current temperature alpha."""
-        return float(self.log_alpha.detach().exp())
-
-    def export_policy(self, obs_mean: torch.Tensor | None = None,
-                      obs_std: torch.Tensor | None = None,
-                      evaluated: bool = False) -> PolicyForExport:
-        """
-        Return a CPU copy of the deterministic policy for workers (see :class:`PolicyForExport`).
-
-        :param obs_mean: observation mean the workers subtract (default 0).
-        :param obs_std: observation scale the workers divide by (default 1).
-        :param evaluated: copy :attr:`evaluated_actor` instead of the online actor.
-        :returns: a TorchScript-compatible module.
-        """
-        actor = self.evaluated_actor if evaluated else self.actor
-        return actor.deterministic_policy(obs_mean, obs_std)
-
-    def average_factor(self) -> float:
-        """
-        Return the weight the averaged actor moves towards the online one at this update.
-
-        ``policy_average_tau`` while its window of ``1 / tau`` updates spans at least
-        ``policy_average_fraction`` of the ``t`` updates so far, then ``1 / (fraction * t)``:
-        late in a run the average spans that fraction of training instead of a fixed
-        ``1 / tau`` updates, so a swing of the online actor moves it less the longer the run.
-        """
-        tau, fraction = self.cfg.policy_average_tau, self.cfg.policy_average_fraction
-        if fraction <= 0.0:
-            return tau
-        return min(tau, 1.0 / (fraction * (self.num_updates + 1)))
-
-    @property
-    def evaluated_actor(self) -> Actor:
-        """Return the actor a user gets: the averaged one when averaging is on."""
-        return self.actor if self.actor_average is None else self.actor_average
 
 
 @contextlib.contextmanager
