@@ -245,3 +245,20 @@ def test_two_cycles_in_one_clock_period_carry_different_timestamps():
         joints.append(out['actual_q'])
     assert all(b > a for a, b in zip(stamps, stamps[1:])), stamps
     assert all(ja != jb for ja, jb in zip(joints, joints[1:]))
+
+
+def test_cycles_run_late_keep_their_own_slots():
+    """A busy machine delays the double, not its controller: late cycles keep their slots."""
+    from ur_double.controller import Controller
+    ctrl = Controller()
+    ctrl.runtime, ctrl.mode = 2, 'speed'
+    ctrl.qd = ctrl.target = np.full(6, 0.5)
+    period = 1.0 / ctrl.frequency
+    time.sleep(30 * period)              # 30 cycles missed: run 20 of them now, back to back
+    stamps, joint = [], []
+    for k in range(1, 21):
+        ctrl.tick(ctrl.t0 + k * period)
+        stamps.append(ctrl.outputs()['timestamp'])
+        joint.append(ctrl.outputs()['actual_q'][0])
+    np.testing.assert_allclose(np.diff(stamps), period, rtol=1e-9)   # one stamp per slot
+    np.testing.assert_allclose(np.diff(joint), 0.5 * period, rtol=1e-6)  # moved by one cycle

@@ -64,7 +64,8 @@ class Controller:
         self.q = np.array(q if q is not None else [0.0, -1.5708, 1.5708, -1.5708, -1.5708, 0.0])
         self.qd = np.zeros(6)
         self.t0 = time.monotonic()
-        self.last = self.t0
+        self.last = self.t0           # monotonic time of the last cycle's slot
+        self.last_run = self.t0       # monotonic time the last cycle ran
         self.stamp = 0.0              # s: the RTDE timestamp of the last cycle (one per cycle)
         self.runtime = RUNTIME['STOPPED']
         self.safety = 'NORMAL'
@@ -232,21 +233,31 @@ class Controller:
         return [*t[:3, 3], *(np.asarray(axis) * angle)]
 
     # ------------------------------------------------------------------ control cycle
-    def tick(self) -> None:
-        """Advance one controller cycle: watchdog, script registers, motion."""
+    def tick(self, due: float | None = None) -> None:
+        """
+        Advance one controller cycle: watchdog, script registers, motion.
+
+        :param due: the monotonic time this cycle was scheduled at (default: now). A cycle
+            run late, to catch up after this process was not scheduled, is stamped and
+            integrated at its own slot, as a real-time controller would have run it.
+        """
         with self.lock:
             now = time.monotonic()
-            stalled = now - self.last      # s since the previous cycle (> period: we lagged)
-            dt = min(stalled, 0.1)
-            self.last = now
+            due = now if due is None else min(due, now)
+            stalled = now - self.last_run  # s since the previous cycle ran (> period: we lagged)
+            late = now - due               # s this cycle runs after its slot (catching up)
+            dt = min(max(due - self.last, 0.0), 0.1)
+            self.last, self.last_run = due, now
             # Every cycle gets its own timestamp, as on a real controller: two cycles that a
             # late one bunched into one period of the clock still carry different stamps, so a
             # client can tell their packets apart.
-            self.stamp = max(self.now(), self.stamp + 1.0 / self.frequency)
+            slot = round((due - self.t0) * self.frequency) / self.frequency
+            self.stamp = max(slot, self.stamp + 1.0 / self.frequency)
             playing = self.runtime == RUNTIME['PLAYING']
             # A cycle that comes late (this process was not scheduled) may see the register
             # writes still queued in the socket: judge the watchdog on the next, timely one.
-            if playing and self.watchdog_hz > 0.0 and stalled < 0.5 / self.watchdog_hz and \
+            if playing and self.watchdog_hz > 0.0 and \
+                    max(stalled, late) < 0.5 / self.watchdog_hz and \
                     now - self.last_input > 1.0 / self.watchdog_hz:
                 self.watchdog_trips += 1
                 self.log.append((round(self.now(), 3), 'watchdog'))

@@ -43,6 +43,7 @@ MOTION_COMMANDS = (9, 11)
 PORTS = {'rtde': 30004, 'dashboard': 29999, 'script_secondary': 30002, 'script': 30003,
          'gripper': 63352}   # the Robotiq URCap's socket (ur_double.gripper)
 CONTROL_PORT = 29990
+MAX_BACKLOG_S = 0.5  # s of missed controller cycles run late; a longer backlog is skipped
 _LOG = logging.getLogger('ur_double')
 _REG_INT = re.compile(rb'reg_offset_int\s*=\s*(\d+)')
 _REG_FLOAT = re.compile(rb'reg_offset_float\s*=\s*(\d+)')
@@ -228,29 +229,32 @@ class DoubleServer:
 
     # ------------------------------------------------------------------ controller loop
     def _cycle_loop(self) -> None:
+        # A real controller never skips a cycle. When this process was not scheduled (a busy
+        # machine), the cycles it missed run at once, each at its own slot: the clients get
+        # every packet, late, with the stamps a real controller gives them. Only a backlog
+        # longer than MAX_BACKLOG_S (the process was stopped) is skipped.
         period = 1.0 / self.frequency
         due = time.monotonic()
         while not self.stop_event.is_set():
-            self.ctrl.tick()
-            now = time.monotonic()
-            if now >= self.frozen_until:
-                self._publish(now)
+            self.ctrl.tick(due)
+            if time.monotonic() >= self.frozen_until:
+                self._publish(due)
             due += period
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            else:
-                due = time.monotonic()  # overloaded: skip cycles rather than burst
+            elif -delay > MAX_BACKLOG_S:
+                due = time.monotonic()
 
-    def _publish(self, now: float) -> None:
+    def _publish(self, due: float) -> None:
         sessions = [s for s in self._sessions if s.started and s.output_struct is not None]
         if not sessions:
             return
         values = self.ctrl.outputs()
         for session in sessions:
-            if now + 1e-4 < session.next_due:
+            if due + 1e-4 < session.next_due:
                 continue
-            session.next_due = max(session.next_due + session.period, now)
+            session.next_due = max(session.next_due + session.period, due)
             flat: list[object] = [session.output_id]
             for name, default in zip(session.output_names, session.defaults):
                 value = values.get(name, default)
