@@ -157,7 +157,10 @@ def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: st
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
+    # 300000 steps as '300k': whole numbers of six digits run into each other on the axis
+    thousands = FuncFormatter(lambda x, _: f'{x / 1000:g}k' if abs(x) >= 1000 else f'{x:g}')
     panels = [('success_rate', 'success rate', (0.0, 1.02)),
               ('episodic_return', 'episodic return', None),
               (f'final_{rank.key}', rank.label + (f' ({rank.unit})' if rank.unit else ''),
@@ -172,6 +175,7 @@ def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: st
         if points:
             ax.plot(*zip(*points), 'o', label='evaluations (fixed seeds)', markersize=4)
         ax.set_xlabel('env steps')
+        ax.xaxis.set_major_formatter(thousands)
         ax.set_ylabel(label)
         if ylim:
             ax.set_ylim(*ylim)
