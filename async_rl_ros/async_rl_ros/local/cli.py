@@ -244,14 +244,15 @@ def _train(args: argparse.Namespace, stop: StopRequest) -> int:
 def _control(args: argparse.Namespace, stop: StopRequest) -> int:
     """Run the scripted or the random controller (no training, nothing to save)."""
     config_path, env_cfg, _, _ = _load(args)
-    from async_rl_ros.envs.tasks import resolve_task
-    task, spec = resolve_task(env_cfg)
+    from async_rl_ros.envs.tasks import get_task
+    task = get_task(env_cfg.task.name)
     scripted = getattr(task, 'scripted', None)
     if args.policy == 'scripted' and scripted is None:
         raise ConfigError('--policy', 'scripted', f'random for task {task.name!r}: it has no '
                           f'scripted controller (reach, push and pick_and_place have one)')
     from async_rl_ros.envs.factory import build_env
-    env, _ = build_env(env_cfg, render_mode='human' if args.render else None)  # no training
+    # build_env checks the configuration against the task and returns its spec
+    env, spec = build_env(env_cfg, render_mode='human' if args.render else None)  # no training
     try:
         if args.policy == 'scripted':
             policy = scripted(env)
