@@ -88,30 +88,27 @@ def test_transition_batch_survives_the_wire():
 
 
 def test_the_learner_takes_a_batch_once_and_counts_a_second_delivery():
-    import collections
-    import threading
-    import types
-
-    from async_rl_ros.core.transport.duplicates import RecentKeys
-    from async_rl_ros.ros.learner_node import LearnerNode
+    from async_rl_ros.ros.ingest import TransitionIngest
     from builtin_interfaces.msg import Time
 
-    learner = types.SimpleNamespace(obs_dim=21, act_dim=6, _lock=threading.Lock(),
-                                    ingest_rejected=collections.Counter(),
-                                    _seen_batches=RecentKeys(8))
-    rng = np.random.default_rng(1)
-    msg = conversions.batch_to_msg(_batch(rng), 2, 'sim', stamp=Time(sec=5, nanosec=7))
-    wire = deserialize_message(serialize_message(msg), TransitionBatch)
-    assert LearnerNode._preprocess(learner, msg)[1:] == (2, 'sim')
-    assert LearnerNode._preprocess(learner, wire) is None  # the same batch again
-    other = conversions.batch_to_msg(_batch(rng), 3, 'sim', stamp=Time(sec=5, nanosec=7))
-    assert LearnerNode._preprocess(learner, other) is not None  # another worker's
-    unstamped = conversions.batch_to_msg(_batch(rng), 2, 'sim')
-    assert LearnerNode._preprocess(learner, unstamped) is not None
-    assert LearnerNode._preprocess(learner, unstamped) is not None  # not checked
-    unstamped.count = 3
-    assert LearnerNode._preprocess(learner, unstamped) is None
-    assert learner.ingest_rejected == {'duplicate': 1, 'shape': 1}
+    ingest = TransitionIngest(21, 6, max_raw=8)
+    try:
+        rng = np.random.default_rng(1)
+        msg = conversions.batch_to_msg(_batch(rng), 2, 'sim', stamp=Time(sec=5, nanosec=7))
+        wire = deserialize_message(serialize_message(msg), TransitionBatch)
+        assert ingest._preprocess(msg)[1:] == (2, 'sim')
+        assert ingest._preprocess(wire) is None  # the same batch again
+        other = conversions.batch_to_msg(_batch(rng), 3, 'sim', stamp=Time(sec=5, nanosec=7))
+        assert ingest._preprocess(other) is not None  # another worker's
+        unstamped = conversions.batch_to_msg(_batch(rng), 2, 'sim')
+        assert ingest._preprocess(unstamped) is not None
+        assert ingest._preprocess(unstamped) is not None  # not checked
+        unstamped.count = 3
+        assert ingest._preprocess(unstamped) is None
+        assert ingest.rejected() == {'duplicate': 1, 'shape': 1}
+        assert ingest.rejected_total() == 2
+    finally:
+        ingest.close()
 
 
 def test_weight_shards_survive_the_wire_and_assemble():

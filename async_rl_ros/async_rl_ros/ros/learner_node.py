@@ -18,7 +18,7 @@
 Wiring: the node is the ROS transport of the one
 :class:`~async_rl_ros.core.learning.loop.TrainingLoop`, which runs in the training thread::
 
-    /<worker>/transitions --subscription (enqueue only)--> DoubleBuffer --preprocessing
+    /<worker>/transitions --subscription (enqueue only)--> TransitionIngest --preprocessing
       thread (msg_to_batch: dims checked, bad batches counted)--> take() --> the loop:
       ingest, update, every commit_every updates publish(): ShardedCommitter ->
       /commits/shard_<i> (WeightsCommit) -> param_server nodes -> /weights/shard_<i>
@@ -43,7 +43,6 @@ budget's end the last policy is scored too and the exported one is judged on hel
 
 from __future__ import annotations
 
-import collections
 import pathlib
 import threading
 import time
@@ -59,10 +58,7 @@ from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
 from async_rl_ros.core.learning.resume import resume_learner
 from async_rl_ros.core.learning.run_folder import open_run
 from async_rl_ros.core.records import PolicyState
-from async_rl_ros.core.transport.double_buffer import DoubleBuffer
-from async_rl_ros.core.transport.duplicates import RecentKeys
 from async_rl_ros.core.transport.worker_table import WorkerTable
-from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
 from async_rl_ros.core.workers.inline import final_evaluation
@@ -71,9 +67,9 @@ from async_rl_ros.envs.tasks import resolve_task
 from async_rl_ros.local.evaluator import EvaluatorProcess
 from async_rl_ros.ros import qos, topics
 from async_rl_ros.ros.bag_reader import TRANSITION_TYPE, usable_bag, warm_start
-from async_rl_ros.ros.conversions import (msg_to_batch, shard_packet_to_msg,
-                                          status_to_receiver_stats)
+from async_rl_ros.ros.conversions import shard_packet_to_msg, status_to_receiver_stats
 from async_rl_ros.ros.diagnostics import LearnerDiagnostics
+from async_rl_ros.ros.ingest import TransitionIngest
 from async_rl_ros.ros.node_utils import log_late, run_node
 from async_rl_ros.ros.params import declare_task, SectionParameters, within
 from async_rl_ros_interfaces.msg import (ShardStatus, TrainingStats, TransitionBatch,
@@ -87,7 +83,6 @@ import torch
 __all__ = ['LearnerNode', 'main']
 
 DISCOVERY_PERIOD_S = 1.0  # s between two scans for new transition topics
-DUPLICATE_WINDOW = 1024   # batches per worker remembered to refuse a second delivery
 IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
 #: The metrics :meth:`LearnerNode.topic_metrics` adds to the learner's own.
 TOPIC_METRICS = ('charts/samples_per_s', 'charts/updates_per_s', 'charts/episodic_return',
@@ -146,9 +141,7 @@ class LearnerNode(Node):
         self.tb.record_to(self.log_dir / RECORD,
                           self.learner.env_steps if self.run_folder.resumed else None)
 
-        self._lock = threading.Lock()  # shard table, refusal counters, resync requests
-        self.ingest_rejected: collections.Counter[str] = collections.Counter()
-        self._seen_batches = RecentKeys(DUPLICATE_WINDOW)  # preprocessing thread only
+        self._lock = threading.Lock()  # shard table, resync requests
         self.workers = WorkerTable()
         self.shards: dict[int, tuple[float, ShardStatus]] = {}
         self._resync: set[int] = set()
@@ -157,9 +150,10 @@ class LearnerNode(Node):
         self._transition_subs: dict[str, Any] = {}
         self.finished = False
 
-        self.buffer = DoubleBuffer(self._preprocess, max_raw=self.transport.max_raw_batches)
+        self.ingest = TransitionIngest(self.obs_dim, self.act_dim,
+                                       self.transport.max_raw_batches)
         self.diagnostics = LearnerDiagnostics(self.learner, self.committer, self.cfg.doctor,
-                                              self.transport, self.buffer)
+                                              self.transport, self.ingest.buffer)
         self.commit_pubs = [self.create_publisher(WeightsCommit, topics.commits_topic(i),
                                                   qos.COMMITS)
                             for i in range(self.transport.parameter_server.num_shards)]
@@ -201,28 +195,8 @@ class LearnerNode(Node):
             if (name.endswith('/' + topics.TRANSITIONS) and TRANSITION_TYPE in types
                     and name not in self._transition_subs):
                 self._transition_subs[name] = self.create_subscription(
-                    TransitionBatch, name, self.buffer.put, qos.TRANSITIONS)
+                    TransitionBatch, name, self.ingest.put, qos.TRANSITIONS)
                 self.get_logger().info(f'receiving transitions from {name}')
-
-    def _preprocess(self, msg: TransitionBatch) -> tuple[dict, int, str] | None:
-        """
-        Preprocessing thread: message -> batch; a malformed one is counted, not raised.
-
-        A batch delivered a second time (same worker, same header stamp) is counted as
-        ``duplicate`` and refused; unstamped batches (stamp 0) are not checked.
-        """
-        try:
-            batch = msg_to_batch(msg, self.obs_dim, self.act_dim)
-        except CodecError as exc:
-            with self._lock:
-                self.ingest_rejected[exc.reason] += 1
-            return None
-        stamp = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
-        if stamp and not self._seen_batches.fresh(int(msg.worker_id), stamp):
-            with self._lock:
-                self.ingest_rejected['duplicate'] += 1
-            return None
-        return batch, int(msg.worker_id), msg.source
 
     # ------------------------------------------------------------------ the loop's ports
     blocking = False  # subscriptions never wait: the loop takes what arrived
@@ -231,7 +205,7 @@ class LearnerNode(Node):
         """BatchSource: the preprocessed batches (training thread)."""
         now = time.monotonic()
         out = []
-        for batch, worker_id, source in self.buffer.take():
+        for batch, worker_id, source in self.ingest.take():
             out.append(Received(batch, worker_id))
             acted = batch['policy_version']
             self.workers.received(worker_id, len(batch['reward']),
@@ -307,8 +281,8 @@ class LearnerNode(Node):
     def _save(self, evaluate: bool) -> None:
         received = [status_to_receiver_stats(s) for s in self.workers.statuses()]
         extra = {'mode': 'ros2', 'workers': len(self.workers),
-                 'dropped_batches': int(self.buffer.dropped),
-                 'rejected_batches': self._rejected_total(),
+                 'dropped_batches': self.ingest.dropped,
+                 'rejected_batches': self.ingest.rejected_total(),
                  'interrupted': self.learner.env_steps < self.cfg.total_env_steps}
         if self.warm_start:
             extra['warm_start'] = self.warm_start
@@ -338,13 +312,8 @@ class LearnerNode(Node):
     # ------------------------------------------------------------------ metrics out
     def metrics(self) -> dict[str, float]:
         """BatchSource: transport metrics for the loop's reports (TensorBoard)."""
-        return {'transport/dropped_batches': float(self.buffer.dropped),
-                'transport/rejected_batches': float(self._rejected_total())}
-
-    def _rejected_total(self) -> int:
-        """Return the batches refused so far (the preprocessing thread counts under the lock)."""
-        with self._lock:
-            return int(sum(self.ingest_rejected.values()))
+        return {'transport/dropped_batches': float(self.ingest.dropped),
+                'transport/rejected_batches': float(self.ingest.rejected_total())}
 
     def topic_metrics(self) -> dict[str, float]:
         """Return the metrics published on topics and in TrainingStats."""
@@ -393,13 +362,12 @@ class LearnerNode(Node):
 
     def _publish_diagnostics(self) -> None:
         with self._lock:
-            rejected = dict(self.ingest_rejected)
             shards = dict(self.shards)
         array_ = DiagnosticArray()
         array_.header.stamp = self.get_clock().now().to_msg()
         array_.status = self.diagnostics.statuses(
-            time.monotonic(), rejected=rejected, workers=self.workers.snapshot(), shards=shards,
-            topics=len(self._transition_subs))
+            time.monotonic(), rejected=self.ingest.rejected(), workers=self.workers.snapshot(),
+            shards=shards, topics=len(self._transition_subs))
         self.diag_pub.publish(array_)
 
     # ------------------------------------------------------------------ shutdown
@@ -407,7 +375,7 @@ class LearnerNode(Node):
         """Stop training, then write the final checkpoint and the exported policy."""
         self._stop.set()
         self._thread.join(timeout=30.0)
-        self.buffer.close()
+        self.ingest.close()
         if self.evaluator is not None:
             self.evaluator.close()
         try:
