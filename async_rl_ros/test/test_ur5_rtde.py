@@ -51,20 +51,26 @@ def test_reset_moves_home_and_steps_follow_the_commands(run):
     np.testing.assert_allclose(obs[OBS_SLICES['q']], state['q'], atol=1e-6)
     assert np.max(np.abs(np.array(state['q']) - home)) <= run.cfg.task.home_noise + 1e-6
     assert state['speed'] == 0.0 and state['watchdog_hz'] == 2.0, state
-    q0 = np.array(state['q'])
-    # Measure over 10 uninterrupted steps once at speed. On a starved CI machine the double may
-    # miss its data deadline: the supervisor then rightly holds one step ('stale'), and the
-    # window starts again; any other interruption is a failure.
-    clean, first = 0, None
-    for _ in range(100):
-        obs, truncated, info = run.step()
-        reason = info.get('interrupted')
-        assert reason in (None, 'stale controller state') and truncated == bool(reason), info
-        clean = 0 if reason else clean + 1
-        if clean == 5:
-            first = run.backend.read()
+    # Measure over 15 uninterrupted steps, the speed over the last 10. On a starved machine the
+    # double may miss its data deadline: the supervisor then rightly holds a step ('stale')
+    # and truncates the episode. The measurement then starts again from home: steps counted
+    # on from where the arm had got to could bring it to the safety box, where the filter
+    # slows it. Any other interruption is a failure.
+    for _attempt in range(5):
+        q0 = np.array(run.double.state()['q'])
+        clean = 0
+        while clean < 15:
+            obs, truncated, info = run.step()
+            reason = info.get('interrupted')
+            assert reason in (None, 'stale controller state') and truncated == bool(reason), info
+            if reason:
+                break
+            clean += 1
+            if clean == 5:
+                first = run.backend.read()
         if clean == 15:
             break
+        run.reset(q=list(home))
     assert clean == 15
     last = run.backend.read()
     # The arm moves at the commanded speed (controller clock: joints over timestamps).
