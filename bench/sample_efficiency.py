@@ -56,12 +56,12 @@ import functools
 import json
 import math
 import multiprocessing as mp
-import os
 import statistics
 import sys
 import time
 
 from _baselines import make_baseline  # beside this script (bench/ is on sys.path)
+import _results
 
 EVAL_SEED = 1_000_000
 EVAL_EPISODES = 40
@@ -247,52 +247,18 @@ def _settings(task: str, learner: bool) -> str:
     """
     Return a digest of the shipped settings a run of ``task`` trains with.
 
-    A result measured under other defaults (``config/train.yaml`` or the option defaults
-    changed since) is then run again, never reused as a figure of the settings that ship.
-
     :param learner: include the learner section (this learner's runs; the baselines bring
         their own and see only the env).
     """
-    import hashlib
-
     env_cfg, cfg = _configs(0, 1, task)  # the seed and budget are keys of their own
-    flat = {'env_worker.' + k: v for k, v in env_cfg.to_flat().items()}
-    if learner:
-        flat.update({'learner.' + k: v for k, v in cfg.to_flat().items()})
-    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return _results.settings_digest(env_cfg, cfg if learner else None)
 
 
-def _load_results(path: str) -> list[dict]:
-    """Return the ``{'job': key, 'result': ...}`` records of ``path`` (none if absent)."""
-    if not path or not os.path.exists(path):
-        return []
-    records = []
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a killed run
-                continue
-            result = record.get('result', {})
-            for name in ('curve', 'online_curve', 'seconds'):  # JSON keys are strings
-                if name in result:
-                    result[name] = {int(k): v for k, v in result[name].items()}
-            records.append(record)
-    return records
-
-
-def _save_result(path: str, key: dict, result: dict) -> None:
-    if not path:
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, 'a', encoding='utf-8') as f:
-        f.write(json.dumps({'job': key, 'result': result}) + '\n')
-
-
-def _default_results(task: str, quick: bool) -> str:
-    slug = ''.join(c if c.isalnum() or c in '-_' else '_' for c in task)
-    return os.path.join('/tmp', 'async_rl_bench',
-                        f'sample_efficiency_{slug}{"_quick" if quick else ""}.jsonl')
+def _decode(result: dict) -> dict:
+    for name in ('curve', 'online_curve', 'seconds'):  # JSON keys are strings
+        if name in result:
+            result[name] = {int(k): v for k, v in result[name].items()}
+    return result
 
 
 # ---------------------------------------------------------------------- summary
@@ -410,7 +376,7 @@ def main() -> None:
     if args.quick:
         args.steps, args.baseline_steps, args.seeds, args.eval_every = 2000, None, [0], 1000
     if args.results is None:
-        args.results = _default_results(args.task, args.quick)
+        args.results = _results.default_path('sample_efficiency', args.task, args.quick)
     from async_rl_ros.core.config import EnvWorkerConfig
     from async_rl_ros.envs.tasks import resolve_task
     resolve_task(EnvWorkerConfig().replace(**{'task.name': args.task}))  # fail before runs
@@ -422,11 +388,10 @@ def main() -> None:
     jobs = sorted(((impl, seed, budgets[impl], [m for m in marks if m <= budgets[impl]],
                     args.task) for impl in impls for seed in args.seeds),
                   key=lambda job: -job[2])
-    stored = [] if args.fresh else _load_results(args.results)
+    stored = [] if args.fresh else _results.load(args.results, _decode)
     results, todo = [], []
     for job in jobs:
-        key = _job_key(job, args.eval_every)
-        found = next((s['result'] for s in stored if s.get('job') == key), None)
+        found = _results.find(stored, _job_key(job, args.eval_every))
         if found is not None:
             results.append(found)
         else:
@@ -437,7 +402,7 @@ def main() -> None:
         with mp.get_context('spawn').Pool(min(args.jobs, len(todo))) as pool:
             run = functools.partial(_job, device=args.baseline_device)
             for job, r in pool.imap_unordered(run, todo, chunksize=1):  # saved as they end
-                _save_result(args.results, _job_key(job, args.eval_every), r)
+                _results.save(args.results, _job_key(job, args.eval_every), r)
                 results.append(r)
                 print(f'[{len(results)}/{len(jobs)}] {r["impl"]} seed {r["seed"]}: to 90 % '
                       f'{r["steps_to_90"]}, to 95 % {r["steps_to_95"]}, stays >= 90 %: '

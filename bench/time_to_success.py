@@ -32,10 +32,16 @@ deterministic policy, and the time to success is the wall-clock time of the firs
 reaching the target. Each setting's updates/s and env steps/s over its whole budget are
 printed beside it.
 
+Each setting's result (its curve, the time to the target and its rates) is appended to
+``--results`` as it ends; a later invocation with the same task, seed, target, budget,
+snapshots, evaluation and shipped defaults reuses it instead of training again (``--fresh``:
+train everything again), so a stopped run loses only the setting in progress.
+
 Usage: ``python bench/time_to_success.py [--quick] [--task NAME] [--target F] [--workers W]
-[--budget-s S] [--sb3-budget-s S] [--baseline sac|sac_her|tqc_her] [--seed N]``; the last line
-is a JSON summary (``null`` where a setting did not reach the target in its budget;
-``speedup_vs_sb3_at_least`` then bounds the speed-up by the baseline's budget).
+[--budget-s S] [--sb3-budget-s S] [--baseline sac|sac_her|tqc_her] [--seed N]
+[--results PATH] [--fresh]``; the last line is a JSON summary (``null`` where a setting did
+not reach the target in its budget; ``speedup_vs_sb3_at_least`` then bounds the speed-up by the
+baseline's budget).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import time
 import numpy as np
 
 from _baselines import baseline_env, make_baseline  # beside this script
+import _results
 
 EVAL_SEED = 2_000_000
 
@@ -186,6 +193,20 @@ def time_to(snapshots, threshold: float, episodes: int, act_of, make_env=None
     return None, curve
 
 
+def _key(name: str, args, sb3_budget: float) -> dict:
+    """Return what a stored result of setting ``name`` must have been measured under."""
+    env_cfg, cfg, rcfg = _configs(10**9, args.seed, args.task)
+    ours = name != 'sb3'
+    return {'setting': name, 'task': args.task, 'seed': args.seed, 'target': args.target,
+            'budget_s': args.budget_s if ours else sb3_budget, 'snapshot_s': args.snapshot_s,
+            'episodes': args.episodes, 'eval_seed': EVAL_SEED,
+            'workers': args.workers if ours else None,
+            'baseline': None if ours else args.baseline,
+            # the shipped defaults it trained with (the baseline brings its own learner)
+            'settings': _results.settings_digest(env_cfg, cfg if ours else None,
+                                                 rcfg if ours else None)}
+
+
 def main() -> None:
     """Run the three settings one after the other and print the table and JSON."""
     import torch
@@ -208,6 +229,12 @@ def main() -> None:
     parser.add_argument('--baseline', choices=('sac', 'sac_her', 'tqc_her'), default=None,
                         help='the baseline (default: sac on reach, tqc_her on gym: tasks)')
     parser.add_argument('--seed', type=int, default=0, help='env, learner and baseline seed')
+    parser.add_argument('--results', default=None,
+                        help='JSON-lines file of finished settings, reused by later invocations '
+                        '(default: /tmp/async_rl_bench/time_to_success_<task>.jsonl; "" for '
+                        'none)')
+    parser.add_argument('--fresh', action='store_true',
+                        help='train every setting again, even those in the results file')
     args = parser.parse_args()
     if args.quick:
         args.budget_s, args.sb3_budget_s, args.snapshot_s, args.episodes = 12.0, 12.0, 4.0, 5
@@ -217,6 +244,9 @@ def main() -> None:
     from async_rl_ros.core.config import EnvWorkerConfig
     from async_rl_ros.envs.tasks import resolve_task
     resolve_task(EnvWorkerConfig().replace(**{'task.name': args.task}))  # fail before runs
+    if args.results is None:
+        args.results = _results.default_path('time_to_success', args.task, args.quick)
+    stored = [] if args.fresh else _results.load(args.results)
 
     def ours(policy):
         return lambda obs: policy(torch.as_tensor(obs)).detach().numpy()
@@ -232,8 +262,17 @@ def main() -> None:
              lambda: _eval_env(task, seed)),
             ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, seed, task, args.baseline),
              lambda p: p, lambda: _eval_env(task, seed, args.baseline))):
-        snapshots, rates[name] = train()
-        results[name] = time_to(snapshots, args.target, args.episodes, act_of, make_env)
+        key = _key(name, args, sb3_budget)
+        found = _results.find(stored, key)
+        if found is not None:
+            print(f'{name}: read from {args.results}', flush=True)
+            results[name] = found['seconds'], [tuple(point) for point in found['curve']]
+            rates[name] = found['rates']
+        else:
+            snapshots, rates[name] = train()
+            results[name] = time_to(snapshots, args.target, args.episodes, act_of, make_env)
+            _results.save(args.results, key, {'seconds': results[name][0],
+                                              'curve': results[name][1], 'rates': rates[name]})
         seconds, curve = results[name]  # as it comes: a later setting may fail
         print(f'{name}: {"not reached" if seconds is None else f"{seconds:.0f} s"}  '
               + ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve), flush=True)

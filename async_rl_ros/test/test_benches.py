@@ -141,6 +141,42 @@ def test_time_to_success_drives_the_local_runner():
     assert reached is None and curve == []
 
 
+def test_time_to_success_keeps_each_finished_setting(monkeypatch, tmp_path, capsys):
+    """A second invocation reuses what the first finished; another target trains again."""
+    import json
+
+    bench = _load('time_to_success')
+    trained = []
+
+    def train(name):
+        def run(*args, **kwargs):
+            trained.append(name)
+            return [(10.0, name)], {'updates_per_s': 5.0, 'env_steps_per_s': 7.0}
+        return run
+
+    monkeypatch.setattr(bench, 'run_runner', lambda mode, *a, **k: train(mode)())
+    monkeypatch.setattr(bench, 'run_sb3', train('sb3'))
+    # Scored without an env: the async snapshot reaches the target, the others do not.
+    monkeypatch.setattr(bench, 'time_to', lambda snapshots, target, *a: (
+        (10.0, [(10.0, 1.0)]) if snapshots[0][1] == 'async' else (None, [(10.0, 0.0)])))
+    results = tmp_path / 'tts.jsonl'
+
+    def main(*extra):
+        monkeypatch.setattr(sys, 'argv', ['time_to_success.py', '--budget-s', '30',
+                                          '--results', str(results), *extra])
+        bench.main()
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    first = main()
+    assert trained == ['async', 'sync', 'sb3'] and len(results.read_text().splitlines()) == 3
+    assert first['async_s'] == 10.0 and first['sync_s'] is None
+    assert main() == first and trained == ['async', 'sync', 'sb3']   # nothing trained again
+    main('--target', '0.5')
+    assert trained[3:] == ['async', 'sync', 'sb3']
+    main('--fresh')
+    assert trained[6:] == ['async', 'sync', 'sb3']
+
+
 def test_batch_lag_measures_what_the_learner_receives():
     bench = _load('batch_lag')
     row = bench.measure(commit_every=1, max_batch_lag=4, seconds=1.0)
