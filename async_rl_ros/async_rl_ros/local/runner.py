@@ -232,7 +232,9 @@ class LocalTransport:
             if not got:
                 # Blocks on the queues' pipes, not on a clock: polling at a millisecond woke
                 # this thread a thousand times a second, and every wake-up took the GIL from
-                # the training thread (about 15 % of its updates on a CPU learner).
+                # the training thread (about 15 % of its updates on a CPU learner). A queue's
+                # ``_reader`` is its receiving Connection, which concurrent.futures' process
+                # pool waits on the same way.
                 try:
                     connection.wait([out._reader for out in self.queues.values()], READ_WAIT_S)
                 except (OSError, ValueError):  # a queue closed under the wait: shutting down
