@@ -109,3 +109,27 @@ def test_recent_keys_refuse_a_second_delivery_per_sender_within_the_window():
     assert keys.fresh(0, 13)                  # pushes 10 out of worker 0's window ...
     assert keys.fresh(0, 10)                  # ... so it is taken again
     assert not keys.fresh(0, 13) and keys.duplicates == 3
+
+
+def test_wait_wakes_when_a_batch_is_ready_not_after_its_timeout():
+    """An idle trainer waits on the preprocessing thread, not on a clock."""
+    buf = DoubleBuffer(lambda raw: raw)
+    assert buf.wait(0.0) is False  # nothing there: no wait at all
+    woke = []
+    # Far longer than pytest's own timeout: a wait that the batch did not end fails the test.
+    waiter = threading.Thread(target=lambda: woke.append(buf.wait(3600.0)))
+    waiter.start()
+    buf.put(7)
+    waiter.join()
+    assert woke == [True] and buf.take() == [7]
+    assert buf.wait(0.0) is False  # taken: nothing ready again
+
+
+def test_close_ends_a_wait():
+    buf = DoubleBuffer(lambda raw: raw)
+    woke = []
+    waiter = threading.Thread(target=lambda: woke.append(buf.wait(3600.0)))
+    waiter.start()
+    buf.close()
+    waiter.join()
+    assert woke == [False]

@@ -76,6 +76,32 @@ def test_recorded_transitions_fill_the_replay_but_are_no_env_steps(tmp_path):
     assert (learner.env_steps, learner.recorded_steps) == (10, 599)
 
 
+def test_an_idle_loop_waits_on_its_source_not_on_a_clock(tmp_path):
+    """Owing no update, the loop blocks in its source until a batch is ready."""
+    from async_rl_ros.core.learning.loop import IDLE_WAIT_S, TrainingLoop
+
+    class Idle:
+        blocking = False
+
+        def __init__(self):
+            self.waits = []
+
+        def take(self):
+            return []
+
+        def wait(self, timeout):
+            self.waits.append(timeout)
+
+        def maintain(self, learner):
+            pass
+
+    learner = Learner(tiny_config(tmp_path, learning_starts=500), OBS, ACT)
+    source = Idle()
+    loop = TrainingLoop(learner, source, None, commit_every=1, logger=MetricsLogger())
+    loop.step()
+    assert source.waits == [IDLE_WAIT_S] and learner.updates == 0
+
+
 def test_train_step_updates_sac_and_priorities(tmp_path):
     learner = Learner(tiny_config(tmp_path), OBS, ACT)
     learner.ingest(transitions(500, np.random.default_rng(1)))

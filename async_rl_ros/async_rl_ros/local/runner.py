@@ -69,8 +69,9 @@ _LOG = logging.getLogger(__name__)
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
 SYNC_STALL_S = 60.0         # s without any batch before a sync round goes on (a hung worker)
 UNLIMITED = 2**62           # allowance of free-running workers
-#: s the reader waits at most for a batch before it looks at the stop flag and the queues of
-#: dead workers again; a batch ends the wait at once.
+#: s a wait for batches lasts at most before it looks around again (the reader: the stop flag
+#: and the queues of dead workers; a lockstep round: the stop flag and dead workers); a batch
+#: ends the wait at once.
 READ_WAIT_S = 0.02
 
 
@@ -271,10 +272,14 @@ class LocalTransport:
                              self.num_workers - len(out), self.num_workers, SYNC_STALL_S)
                 self.stalled_rounds += 1
                 break
-            time.sleep(0.0005)
+            self.buffer.wait(READ_WAIT_S)
             if self._check_workers():
                 self.weights.maintain()
         return self._received(out)
+
+    def wait(self, timeout: float) -> None:
+        """Block until a batch is ready or ``timeout`` s passed (the loop is idle)."""
+        self.buffer.wait(timeout)
 
     def _received(self, ready: list) -> list[Received]:
         out = []

@@ -61,6 +61,10 @@ class TransitionIngest:
         """Return the batches preprocessed since the last call (training thread)."""
         return self.buffer.take()
 
+    def wait(self, timeout: float) -> None:
+        """Block until a batch is ready or ``timeout`` s passed (idle training thread)."""
+        self.buffer.wait(timeout)
+
     def _preprocess(self, msg) -> tuple[dict, int, str] | None:
         """
         Preprocessing thread: message -> batch, or ``None`` with the reason counted.

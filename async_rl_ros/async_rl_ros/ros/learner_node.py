@@ -83,7 +83,6 @@ import torch
 __all__ = ['LearnerNode', 'main']
 
 DISCOVERY_PERIOD_S = 1.0  # s between two scans for new transition topics
-IDLE_S = 0.0005           # s the training thread sleeps when it cannot update
 #: The metrics :meth:`LearnerNode.topic_metrics` adds to the learner's own.
 TOPIC_METRICS = ('charts/samples_per_s', 'charts/updates_per_s', 'charts/episodic_return',
                  'charts/success_rate', 'charts/policy_lag_mean', 'charts/policy_lag_max',
@@ -211,6 +210,10 @@ class LearnerNode(Node):
             self.workers.received(worker_id, len(batch['reward']),
                                   int(acted.max()) if len(acted) else -1, source, now)
         return out
+
+    def wait(self, timeout: float) -> None:
+        """BatchSource: block until a batch is ready or ``timeout`` s passed."""
+        self.ingest.wait(timeout)
 
     def maintain(self, learner: Learner) -> None:
         """BatchSource: re-sync shards that asked for a full commit."""

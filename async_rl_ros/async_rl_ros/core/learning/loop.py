@@ -59,7 +59,7 @@ __all__ = ['Received', 'BatchSource', 'WeightSink', 'Evaluator', 'Evaluation', '
            'LAG_WINDOW']
 
 LAG_WINDOW = 20_000  # transitions in the policy-lag distribution
-IDLE_S = 0.0005      # s the loop sleeps when it has nothing to do
+IDLE_WAIT_S = 0.02   # s an idle loop waits for a batch at most before it looks around again
 
 
 @dataclasses.dataclass
@@ -85,6 +85,9 @@ class BatchSource(Protocol):
 
     def take(self) -> list[Received]:
         """Return the batches that arrived (a lockstep source may wait for its round)."""
+
+    def wait(self, timeout: float) -> None:
+        """Block until a batch may be ready to take or ``timeout`` s passed (an idle loop)."""
 
     def maintain(self, learner: Learner) -> None:
         """Periodic upkeep: respawn dead workers, pass on the rate limit."""
@@ -177,7 +180,7 @@ class TrainingLoop:
         if owed:
             self.update()
         elif not self.source.blocking:
-            time.sleep(IDLE_S)
+            self.source.wait(IDLE_WAIT_S)  # nothing owed: the next batch, not a clock, wakes it
         if self.evaluator is not None:
             self._evaluate()
         if now - self._last[0] >= self.stats_interval_s:

@@ -21,7 +21,8 @@ thread takes them off the raw queue, runs ``preprocess`` (decode, validate, upda
 normalizer statistics) and appends the result to the *inactive* half. The trainer calls
 :meth:`DoubleBuffer.take`, which swaps the halves and hands over everything preprocessed so
 far: it never waits on preprocessing while data is available, and the preprocessing thread
-never waits on the trainer.
+never waits on the trainer. A trainer with nothing to do blocks in :meth:`DoubleBuffer.wait`
+until a batch is ready.
 
 A full raw queue drops the oldest batch and counts it (``dropped``), so a stalled learner
 cannot make producers block or memory grow without bound.
@@ -88,6 +89,17 @@ class DoubleBuffer(Generic[Raw, Ready]):
             self._inactive = 1 - self._inactive
             self.swaps += 1
         return ready
+
+    def wait(self, timeout: float) -> bool:
+        """
+        Block until a preprocessed batch is ready to :meth:`take` or ``timeout`` s passed.
+
+        An idle trainer waits here instead of sleeping on a clock: the preprocessing thread
+        wakes it the moment a batch is ready (or :meth:`close` does). Return whether one is.
+        """
+        with self._wake:
+            self._wake.wait_for(lambda: self._halves[self._inactive] or self._stop, timeout)
+            return bool(self._halves[self._inactive])
 
     def depth(self) -> dict[str, int]:
         """Return queue depths: raw batches waiting and preprocessed batches ready."""

@@ -81,6 +81,9 @@ class InlineWorker:
             return []
         return [Received(batch, self.worker.worker_id, self.worker.take_episode_metrics())]
 
+    def wait(self, timeout: float) -> None:
+        """Nothing to wait for: :meth:`take` steps the env (a lockstep source is never idle)."""
+
     def maintain(self, learner: Learner) -> None:
         """Nothing to maintain in one process."""
 
