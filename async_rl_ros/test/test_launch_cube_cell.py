@@ -33,6 +33,7 @@ if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecate
     os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
 
 import pathlib  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -90,6 +91,7 @@ def _config(directory: str) -> str:
 @pytest.mark.launch_test
 def generate_test_description():
     directory = tempfile.mkdtemp(prefix='async_rl_cube_cell_test_')
+    atexit.register(shutil.rmtree, directory, True)  # after the post-shutdown tests
     double = DoubleProcess(cooldown=0.3)
     atexit.register(double.close)
     with RobotiqGripper(double.ip, timeout_s=10.0) as gripper:

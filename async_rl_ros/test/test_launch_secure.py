@@ -24,6 +24,7 @@ cleanly. That
 strangers and wrong roles are refused is ``test_sros2.py``'s part.
 """
 
+import atexit
 import os
 
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -31,6 +32,7 @@ if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecate
     os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
 
 import pathlib  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -70,6 +72,7 @@ def generate_test_description():
     # it, and the launched processes inherit it.
     os.environ['ROS_DOMAIN_ID'] = str((int(os.environ.get('ROS_DOMAIN_ID', '0')) + 24) % 100)
     directory = tempfile.mkdtemp(prefix='async_rl_secure_test_')
+    atexit.register(shutil.rmtree, directory, True)  # after the post-shutdown tests
     keystore = str(pathlib.Path(directory) / 'keystore')
     made = subprocess.run(['bash', str(_keystore_script()), keystore], capture_output=True,
                           text=True, timeout=300)

@@ -25,6 +25,7 @@ workspace sourced, e.g. ``launch_test test/test_launch_train.py`` or ``colcon te
 --packages-select async_rl_ros``.
 """
 
+import atexit
 import json
 import os
 
@@ -34,6 +35,7 @@ if os.environ.get('ROS_DISTRO') == 'humble':  # Jazzy warns that it is deprecate
     os.environ.setdefault('ROS_LOCALHOST_ONLY', '1')
 
 import pathlib  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -83,6 +85,7 @@ def _small_config(directory: str) -> str:
 @pytest.mark.launch_test
 def generate_test_description():
     directory = tempfile.mkdtemp(prefix='async_rl_launch_test_')
+    atexit.register(shutil.rmtree, directory, True)  # after the post-shutdown tests
     train = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(str(LAUNCH)),
         launch_arguments={'num_workers': '2', 'num_param_shards': '2', 'replicas': '1',
