@@ -166,7 +166,7 @@ class TestTraining(unittest.TestCase):
         self.assertTrue(self._spin_until(
             lambda: {'env_worker: worker_0', 'env_worker: worker_1',
                      'param_server: shard_0', 'param_server: shard_1',
-                     'learner: training doctor'} <= self.diagnostics, 60),
+                     'learner: training doctor', 'learner: ingest'} <= self.diagnostics, 60),
             f'diagnostics: {sorted(self.diagnostics)}')
         # The evaluator process scores snapshots while training goes on.
         self.assertTrue(self._spin_until(lambda: self.evaluated, 180), 'no eval/success_rate')

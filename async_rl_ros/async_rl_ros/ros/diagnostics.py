@@ -55,33 +55,32 @@ class LearnerDiagnostics:
     :param doctor_cfg: the ``doctor`` section (``max_consecutive_skips``, ``max_policy_lag``).
     :param transport: the live ``ros_transport`` section (``worker_timeout_s``: silence after
         which a worker or shard is STALE; read at every call, so ``ros2 param set`` applies).
-    :param buffer: the ingest double buffer (received, processed, dropped, rejected).
+    :param ingest: the learner's :class:`~async_rl_ros.ros.ingest.TransitionIngest` (its
+        counts and its refusals by reason).
     """
 
     def __init__(self, learner: Any, committer: Any, doctor_cfg: Any, transport: Any,
-                 buffer: Any):
+                 ingest: Any):
         self.learner, self.committer, self.cfg = learner, committer, doctor_cfg
-        self.transport, self.buffer = transport, buffer
+        self.transport, self.ingest = transport, ingest
         self._findings = 0
         self._ingest_seen = (0, 0)
         self._shard_rejected: dict[int, int] = {}
         self._worker_rejected: dict[int, int] = {}
 
-    def statuses(self, now: float, *, rejected: Mapping[str, int],
-                 workers: Mapping[int, Mapping[str, Any]],
+    def statuses(self, now: float, *, workers: Mapping[int, Mapping[str, Any]],
                  shards: Mapping[int, tuple[float, Any]], topics: int
                  ) -> list[DiagnosticStatus]:
         """
         Return every status at ``now`` (``time.monotonic()``).
 
-        :param rejected: ingest rejections by reason.
         :param workers: per worker id, ``transitions``, ``batches``, ``policy_version``,
             ``last_seen``, ``source`` and, once one arrived, ``status`` (a ``WorkerStatus``)
             with its ``status_time``.
         :param shards: per shard id, ``(time received, ShardStatus)``.
         :param topics: transition topics subscribed.
         """
-        out = [self._doctor(), self._ingest(rejected, topics)]
+        out = [self._doctor(), self._ingest(topics)]
         out += [self._worker(now, worker_id, info) for worker_id, info in sorted(workers.items())]
         out += [self._shard(now, shard_id, shards.get(shard_id, (0.0, None)))
                 for shard_id in range(self.committer.cfg.num_shards)]
@@ -104,17 +103,16 @@ class LearnerDiagnostics:
                   'policy_version': learner.policy_version, **doctor.metrics()}
         return diagnostic_status('learner: training doctor', level, message, values, 'learner')
 
-    def _ingest(self, rejected: Mapping[str, int], topics: int) -> DiagnosticStatus:
-        buffer = self.buffer
-        seen = (buffer.dropped, sum(rejected.values()))
+    def _ingest(self, topics: int) -> DiagnosticStatus:
+        counts, rejected = self.ingest.counts(), self.ingest.rejected()
+        seen = (counts['dropped'], sum(rejected.values()))
         fresh = seen[0] > self._ingest_seen[0] or seen[1] > self._ingest_seen[1]
         self._ingest_seen = seen
         return diagnostic_status(
             'learner: ingest', WARN if fresh else OK,
             'dropping or rejecting batches' if fresh else 'ok',
-            {'received': buffer.received, 'processed': buffer.processed,
-             'dropped': buffer.dropped, 'rejected': buffer.rejected,
-             **{f'rejected_{k}': v for k, v in rejected.items()}, 'topics': topics},
+            {**counts, **{f'rejected_{k}': v for k, v in rejected.items()},
+             'topics': topics},
             'learner')
 
     def _worker(self, now: float, worker_id: int, info: Mapping[str, Any]

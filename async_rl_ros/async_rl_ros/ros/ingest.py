@@ -92,6 +92,12 @@ class TransitionIngest:
         """Messages dropped unprocessed (the raw queue was full)."""
         return int(self.buffer.dropped)
 
+    def counts(self) -> dict[str, int]:
+        """Return the messages received, preprocessed, dropped and refused so far."""
+        buffer = self.buffer
+        return {'received': buffer.received, 'processed': buffer.processed,
+                'dropped': buffer.dropped, 'rejected': buffer.rejected}
+
     def rejected(self) -> dict[str, int]:
         """Return the refused batches by reason."""
         with self._lock:

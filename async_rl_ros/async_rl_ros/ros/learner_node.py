@@ -152,7 +152,7 @@ class LearnerNode(Node):
         self.ingest = TransitionIngest(self.obs_dim, self.act_dim,
                                        self.transport.max_raw_batches)
         self.diagnostics = LearnerDiagnostics(self.learner, self.committer, self.cfg.doctor,
-                                              self.transport, self.ingest.buffer)
+                                              self.transport, self.ingest)
         self.commit_pubs = [self.create_publisher(WeightsCommit, topics.commits_topic(i),
                                                   qos.COMMITS)
                             for i in range(self.transport.parameter_server.num_shards)]
@@ -369,8 +369,8 @@ class LearnerNode(Node):
         array_ = DiagnosticArray()
         array_.header.stamp = self.get_clock().now().to_msg()
         array_.status = self.diagnostics.statuses(
-            time.monotonic(), rejected=self.ingest.rejected(), workers=self.workers.snapshot(),
-            shards=shards, topics=len(self._transition_subs))
+            time.monotonic(), workers=self.workers.snapshot(), shards=shards,
+            topics=len(self._transition_subs))
         self.diag_pub.publish(array_)
 
     # ------------------------------------------------------------------ shutdown
