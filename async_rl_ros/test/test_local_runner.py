@@ -21,12 +21,14 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.learning.evaluation import run_episodes
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger
 from async_rl_ros.envs.reach_env import make_reach_env
+from async_rl_ros.local import worker_process
 from async_rl_ros.local.runner import LocalTransport
 from async_rl_ros.local.train import LocalRun
 import numpy as np
@@ -100,10 +102,15 @@ def test_both_modes_learn_publish_and_leave_no_process(tmp_path, mode):
     assert max(versions) >= 1  # workers decoded the published packets and act with them
     metrics = transport.metrics()
     assert metrics['transport/rejected_packets'] == 0
-    # The weights reached the workers through the shard processes, mostly as deltas.
+    # The weights reached the workers through the shard processes, deltas among them. A
+    # lockstep round spans more commits than a keyframe's interval (``codec.full_every``), so
+    # there a worker reads about one keyframe per delta; free-running workers follow every
+    # few commits and get mostly deltas.
     summary = transport.summary()
     assert summary['weights_policies_received'] > 0
-    assert summary['weights_delta_packets'] > summary['weights_packets'] / 2
+    assert summary['weights_delta_packets'] > 0
+    if mode == 'async':
+        assert summary['weights_delta_packets'] > summary['weights_packets'] / 2
     assert summary['weights_reduction'] > 0.3  # a tiny actor early on: keyframes weigh more
     lags = run.loop.lag_percentiles()
     assert lags['charts/transition_lag_p50'] <= lags['charts/transition_lag_max']
@@ -176,6 +183,51 @@ def test_a_lockstep_round_waits_for_a_worker_the_machine_holds_back(tmp_path):
     assert run.loop.lag_percentiles()['charts/transition_lag_max'] <= 1.0
     assert run.transport.metrics()['transport/stalled_rounds'] == 0
     assert run.transport.respawns == 0
+
+
+class _CountingBell:
+    """A worker's bell that counts the waits on it and says when the third one starts."""
+
+    def __init__(self):
+        self.permits = threading.Semaphore(0)
+        self.waits = 0
+        self.third_wait = threading.Event()
+
+    def acquire(self, timeout):
+        self.waits += 1
+        if self.waits == 3:
+            self.third_wait.set()
+        return self.permits.acquire(timeout=timeout)
+
+    def release(self):
+        self.permits.release()
+
+
+def test_a_lockstep_worker_sleeps_on_its_bell_and_trusts_only_the_round_counter(monkeypatch):
+    """
+    A lockstep worker's wait ends on the ring of a new round, not on a clock or a permit.
+
+    Two permits left over from rounds already seen do not release it; the ring of a new round
+    does, at once (with the wait's timeout an hour long).
+    """
+    monkeypatch.setattr(worker_process, 'ROUND_WAIT_S', 3600.0)
+    bell = _CountingBell()
+    shared = SimpleNamespace(round=SimpleNamespace(value=4), stop=SimpleNamespace(value=0),
+                             bells=[None, bell])
+    bell.release()
+    bell.release()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(worker_process.await_round(shared, 1, 4)),
+                              daemon=True)
+    waiter.start()
+    assert bell.third_wait.wait(60.0)
+    assert waiter.is_alive() and not got
+    shared.round.value = 5  # the learner's order: the counter, then the bell
+    bell.release()
+    waiter.join(60.0)
+    assert got == [5] and bell.waits == 3
+    shared.stop.value = 1  # a stop ends a wait too
+    worker_process.await_round(shared, 1, 5)
 
 
 @pytest.mark.parametrize('ratio', [0.25, 1.0])

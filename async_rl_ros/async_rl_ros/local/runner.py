@@ -130,6 +130,8 @@ class LocalTransport:
             allowance=self._ctx.Value('q', UNLIMITED, lock=False),
             beat=self._ctx.Value('q', 0, lock=False),
             version=self._ctx.Value('q', -1, lock=False),
+            bells=[self._ctx.Semaphore(0) for _ in range(self.num_workers)] if self.blocking
+            else [],
             boards=self.weights.board_names, obs_dim=int(initial.obs_mean.shape[0]),
             sync=self.blocking, cpus=worker_cpus)
         self.buffer = DoubleBuffer(self._preprocess)
@@ -187,6 +189,7 @@ class LocalTransport:
             return
         self.stopping = True
         self.shared.stop.value = 1
+        self._ring()  # a lockstep worker waiting for its round sees the stop at once
         deadline = time.monotonic() + 10.0
         for handle in self.workers.values():
             handle.process.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -257,6 +260,7 @@ class LocalTransport:
         # The round's policy first: a worker released by the round reads it next.
         self.shared.round_version.value = self.weights.version
         self.shared.round.value += 1  # the only writer
+        self._ring()
         out: list = []
         last_batch = time.monotonic()
         while (len(out) < self.num_workers and not self.shared.stop.value
@@ -276,6 +280,11 @@ class LocalTransport:
             if self._check_workers():
                 self.weights.maintain()
         return self._received(out)
+
+    def _ring(self) -> None:
+        """Wake every lockstep worker waiting for its round (it reads the round counter)."""
+        for bell in self.shared.bells:
+            bell.release()
 
     def wait(self, timeout: float) -> None:
         """Block until a batch is ready or ``timeout`` s passed (the loop is idle)."""

@@ -20,8 +20,9 @@ The env-worker process of the local transport: one simulated or physical arm, no
 configured task (:func:`~async_rl_ros.envs.factory.build_worker`), sends its transition
 batches through its own queue without ever waiting for the learner (in lockstep it waits for
 the learner's round instead), and takes the policy from the parameter-server shards' boards.
-What it shares with the learner side (:class:`WorkerShared`) is lock-free shared memory: a
-worker killed mid-write leaves no lock held.
+What it shares with the learner side (:class:`WorkerShared`) is lock-free shared memory and,
+in lockstep, a semaphore per worker that only the learner releases: a worker killed mid-write
+leaves no lock held.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ from async_rl_ros.core.weights.receiver import Expectation
 from async_rl_ros.local.lifecycle import child_entry
 from async_rl_ros.local.weight_path import LocalWeightReceiver
 
-__all__ = ['SYNC_POLICY_WAIT_S', 'WorkerShared', 'await_round_policy', 'worker_main']
+__all__ = ['SYNC_POLICY_WAIT_S', 'WorkerShared', 'await_round', 'await_round_policy',
+           'worker_main']
 
 _LOG = logging.getLogger(__name__)
 SYNC_POLICY_WAIT_S = 60.0   # s a sync worker waits for its round's policy (shards gone)
+#: s a lockstep worker sleeps on its bell before it looks at the stop flag again; the bell
+#: (rung by the learner when it releases a round) ends the wait at once.
+ROUND_WAIT_S = 0.05
 
 
 @dataclasses.dataclass
@@ -54,6 +59,7 @@ class WorkerShared:
     #                     cannot leave a lock or an Event's condition behind)
     round: Any  # noqa: A003 -- Value: lockstep round counter (sync; one writer)
     round_version: Any  # Value: the policy version the workers of a round act with (sync)
+    bells: list         # Semaphore per worker slot: rung when a round is released (sync)
     produced: Any       # Array: transitions each worker queued (one writer per slot)
     allowance: Any      # Value: transitions all workers may have queued
     beat: Any           # Value: the learner's heartbeat (its update count)
@@ -96,9 +102,7 @@ def worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: 
             return False  # never wait for the learner
         shared.produced[worker_id] += len(transitions['reward'])  # this worker's slot only
         if shared.sync:  # lockstep: wait for the learner's round
-            while shared.round.value <= state['round'] and not shared.stop.value:
-                time.sleep(0.0005)
-            state['round'] = shared.round.value
+            state['round'] = await_round(shared, worker_id, state['round'])
             await_round_policy(shared, runtime)
         return True
 
@@ -123,6 +127,20 @@ def worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: 
     finally:
         receiver.close()
         built.env.close()
+
+
+def await_round(shared: WorkerShared, worker_id: int, last: int) -> int:
+    """
+    Lockstep: sleep until the learner releases a round after ``last``; return its number.
+
+    The round counter is the truth and the worker's bell (a semaphore) only wakes the worker:
+    permits left over (rung while this slot's process was dead, or for a round it already
+    saw) cost one look at the counter, and a killed worker leaves nothing held. The wait ends
+    early when the run stops.
+    """
+    while shared.round.value <= last and not shared.stop.value:
+        shared.bells[worker_id].acquire(timeout=ROUND_WAIT_S)
+    return shared.round.value
 
 
 def await_round_policy(shared: WorkerShared, runtime: Any) -> None:
