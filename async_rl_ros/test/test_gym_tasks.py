@@ -235,6 +235,40 @@ def test_registered_reach_takes_config_overrides():
         env.close()
 
 
+def test_a_registered_task_runs_its_own_defaults_as_evaluated():
+    """
+    pick_and_place's view acts at its own 10 Hz (40 steps a 4 s episode), without held starts.
+
+    Its workers start half their episodes with the cube held (``sim.cube_in_gripper``); the
+    registered env is the task as an evaluation runs it, and a keyword asks for the starts.
+    """
+    from async_rl_ros.envs.manipulation_task import REST_HEIGHT
+
+    pick = 'async_rl_ros/UR5PickAndPlace-v0'
+    assert gym.registry[pick].max_episode_steps == 40
+    assert gym.registry['async_rl_ros/UR5Push-v0'].max_episode_steps == 100
+
+    def held_starts(env):
+        lifted = []
+        for seed in range(20):
+            obs, _ = env.reset(seed=seed)
+            lifted.append(bool(obs['achieved_goal'][2] > REST_HEIGHT + 0.02))  # the cube
+        return sum(lifted)
+
+    env = gym.make(pick)
+    try:
+        cfg = env.unwrapped.env.cfg
+        assert cfg.task.control_hz == 10.0 and cfg.sim.cube_in_gripper == 0.0
+        assert held_starts(env) == 0
+    finally:
+        env.close()
+    env = gym.make(pick, **{'sim.cube_in_gripper': 0.5})
+    try:
+        assert 3 <= held_starts(env) <= 17
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize('make', [
     lambda: gym.make(REACH_ID, render_mode='rgb_array'),
     lambda: GymGoalTask('PandaReach-v3').make_env(EnvWorkerConfig(), render_mode='rgb_array'),

@@ -32,9 +32,12 @@ rewards with an action term (the reach task's ``action_penalty``) are recomputed
     import gymnasium
     env = gymnasium.make('async_rl_ros/UR5Reach-v0', render_mode='rgb_array')
 
-Keyword arguments of ``gymnasium.make`` other than ``render_mode`` override dotted keys of the
-``env_worker`` configuration (``**{'task.control_hz': 50.0}``); one that changes the episode
-length also needs ``max_episode_steps=`` (the registered time limit is the default config's).
+The env runs the task's own ``env_worker`` defaults (``parameter_defaults``: pick_and_place
+acts at 10 Hz) without the training-only ones (:data:`~async_rl_ros.envs.factory.TRAINING_ONLY`:
+no held starts), as an evaluation does. Keyword arguments of ``gymnasium.make`` other than
+``render_mode`` override dotted keys of that configuration (``**{'task.control_hz': 50.0}``, or
+``**{'sim.cube_in_gripper': 0.5}`` for a learner's held starts); one that changes the episode
+length also needs ``max_episode_steps=`` (the registered time limit is the task's default).
 """
 
 from __future__ import annotations
@@ -44,11 +47,13 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.tasks import TaskSpec
 from async_rl_ros.envs.display import check_render_mode, render_modes
-from async_rl_ros.envs.tasks import get_task
+from async_rl_ros.envs.factory import TRAINING_ONLY
+from async_rl_ros.envs.tasks import get_task, task_defaults
 import gymnasium as gym
 import numpy as np
 
-__all__ = ['GoalDictView', 'GymEnvRow', 'GYM_ENVS', 'register_envs', 'make_goal_env']
+__all__ = ['GoalDictView', 'GymEnvRow', 'GYM_ENVS', 'register_envs', 'make_goal_env',
+           'task_config']
 
 
 class GymEnvRow(NamedTuple):
@@ -211,20 +216,28 @@ def make_goal_env(task: str, render_mode: str | None = None, **flat: Any) -> Goa
     :param flat: dotted ``env_worker`` keys to override (``**{'task.control_hz': 50.0}``).
     """
     check_render_mode(render_mode)
-    cfg = EnvWorkerConfig()
-    if 'task.name' in cfg.to_flat():
-        flat = {**flat, 'task.name': task}
-    if flat:
-        cfg = cfg.replace(**flat)
+    cfg = task_config(task, **flat)
     plugin = get_task(task)
     plugin.check(cfg)
     spec = plugin.spec(cfg)
     return GoalDictView(plugin.make_env(cfg, render_mode=render_mode), spec)
 
 
-def _max_episode_steps(task: str) -> int | None:
-    """Return the default configuration's episode length (steps) for task ``task``."""
-    return getattr(EnvWorkerConfig().task, 'max_episode_steps', None)
+def task_config(task: str, **flat: Any) -> EnvWorkerConfig:
+    """
+    Return the ``env_worker`` configuration the view of task ``task`` runs.
+
+    The task's own defaults, less the training-only options (the view is the task as
+    evaluated), then ``flat``.
+    """
+    defaults = {key: value for key, value in task_defaults(task).get('env_worker', {}).items()
+                if key not in TRAINING_ONLY}
+    return EnvWorkerConfig().replace(**{**defaults, 'task.name': task, **flat})
+
+
+def _max_episode_steps(task: str) -> int:
+    """Return the episode length (steps) of task ``task`` with its own defaults."""
+    return task_config(task).task.max_episode_steps
 
 
 def register_envs() -> list[str]:
