@@ -249,13 +249,13 @@ def test_sigkill_of_the_trainer_leaves_no_process_behind(tmp_path):
     assert_gone(children)
 
 
-def write_checkpoint(tmp_path, poison=None):
+def write_checkpoint(tmp_path, poison=None, task=None):
     """Write a checkpoint of the TINY learner (hidden sizes 32, 32) into the run directory."""
     from async_rl_ros.core.config import LearnerConfig
     from async_rl_ros.core.learning.learner import Learner
     cfg = LearnerConfig().replace(**{'sac.hidden_sizes': [32, 32],
                                      'checkpoint.directory': str(tmp_path / 'run' / 'ckpt')})
-    learner = Learner(cfg, 21, 3)
+    learner = Learner(cfg, 21, 3, task=task)
     if poison is not None:
         poison(learner)
     return pathlib.Path(learner.save_checkpoint())
@@ -292,6 +292,8 @@ def truncate(path):
     ('empty checkpoint', 'empty file (0 bytes)'),
     ('truncated checkpoint', 'truncated'),
     ('other hidden sizes', 'learner.sac.hidden_sizes = [32, 32] in the checkpoint but [64, 64]'),
+    ('another task', 'env_worker.task.name = push in the checkpoint but reach in this '
+     'configuration; set env_worker.task.name=push (--task push)'),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case, needle):
     args = ['--mode', 'single', '--steps', '300']
@@ -306,12 +308,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, needle):
     else:
         args.append('--resume')
         if case != 'no checkpoint':
-            path = write_checkpoint(tmp_path)
+            path = write_checkpoint(tmp_path, task='push' if case == 'another task' else None)
             if case == 'empty checkpoint':
                 path.write_bytes(b'')
             elif case == 'truncated checkpoint':
                 truncate(path)
-            else:
+            else:  # the task, when it differs, is named first
                 args += ['--set', 'learner.sac.hidden_sizes=[64, 64]']
     proc = run_cli(tmp_path, *args)
     out, err = proc.communicate(timeout=300)

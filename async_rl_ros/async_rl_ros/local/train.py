@@ -109,7 +109,8 @@ class LocalRun:
         # The task is resolved (and its configuration checked) before any process starts.
         self.eval_env, self.spec = evaluation_env(env_cfg)
         spec = self.spec
-        self.learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
+        self.learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal,
+                               task=spec.name)
         #: what ``resume`` loaded (``None``: a fresh run)
         self.resumed: Resumed | None = None
         if resume:

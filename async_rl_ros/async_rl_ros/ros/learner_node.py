@@ -122,7 +122,8 @@ class LearnerNode(Node):
         # In place: the parameter callbacks keep updating the section the learner holds.
         self.cfg.log_dir = run_cfg.log_dir
         self.cfg.checkpoint.directory = run_cfg.checkpoint.directory
-        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal)
+        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal,
+                               task=self.spec.name)
         found = None
         if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
             found = resume_learner(self.learner)

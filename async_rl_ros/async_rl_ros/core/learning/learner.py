@@ -70,11 +70,14 @@ class Learner:
     :param goal_spec: the task's goal spec (:attr:`~async_rl_ros.core.tasks.TaskSpec.goal`);
         with ``her.k > 0`` every finished episode is also stored relabeled (hindsight
         experience replay, see :mod:`.her`). ``None``: no relabeling.
+    :param task: the name of the task it learns (:attr:`~async_rl_ros.core.tasks.TaskSpec.name`),
+        stored in every checkpoint so that a resume with another task is refused by name.
     """
 
     def __init__(self, cfg: LearnerConfig, obs_dim: int, act_dim: int,
-                 goal_spec: GoalSpec | None = None):
+                 goal_spec: GoalSpec | None = None, task: str | None = None):
         self.cfg = cfg
+        self.task = task
         self.obs_dim, self.act_dim = obs_dim, act_dim
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -340,6 +343,7 @@ class Learner:
                          'batch_size': self.batch_sizer.batch_size},
             'rng': capture_rng_state({'learner': self.rng}),
             'config': self.cfg.to_flat(),
+            'task': self.task,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

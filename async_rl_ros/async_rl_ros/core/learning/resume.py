@@ -168,19 +168,27 @@ def check_finite(state: Mapping[str, Any]) -> None:
 
 def check_compatible(state: Mapping[str, Any], config: Mapping[str, Any],
                      keys: tuple[str, ...] = STRUCTURAL_KEYS, prefix: str = 'learner.',
-                     path: Path | str | None = None) -> None:
+                     path: Path | str | None = None, task: str | None = None) -> None:
     """
-    Refuse a checkpoint written with other structural settings than ``config``.
+    Refuse a checkpoint written for another task or with other structural settings.
 
     :param state: the loaded checkpoint (its ``'config'`` is the flat learner configuration).
     :param config: the current flat configuration (``LearnerConfig.to_flat()``).
     :param keys: the settings that must be equal.
     :param prefix: put in front of the key in the message (the node name).
     :param path: the checkpoint, for the message.
+    :param task: the task this learner learns (``None``: not checked, nor in a checkpoint
+        that names none).
     :raises CheckpointError: naming the field and both values.
     """
     saved = state.get('config') or {}
     where = f'{path}: ' if path is not None else ''
+    if state.get('task') is not None and task is not None and state['task'] != task:
+        raise CheckpointError(
+            f'{where}env_worker.task.name = {state["task"]} in the checkpoint but {task} in '
+            f'this configuration; set env_worker.task.name={state["task"]} (--task '
+            f'{state["task"]}) to resume it, or start afresh in another '
+            f'{prefix}checkpoint.directory')
     for key in keys:
         if key not in saved or key not in config:
             continue
@@ -244,7 +252,7 @@ def resume_learner(learner: Any) -> Resumed:
 
     def use(path: Path, state: Mapping[str, Any]) -> None:
         try:
-            check_compatible(state, config, path=path)
+            check_compatible(state, config, path=path, task=getattr(learner, 'task', None))
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: B902 -- a malformed 'config' entry: skip the file
