@@ -233,6 +233,28 @@ def test_nodes_started_by_hand_take_their_tasks_defaults_under_the_file(context,
         'push', [64, 64], 200000, (64, 64))
 
 
+def test_a_pick_and_place_worker_started_by_hand_acts_at_its_task_s_rate(context, tmp_path):
+    """``task.name: pick_and_place``: 10 Hz and held starts for the worker, 10 Hz to evaluate."""
+    path = tmp_path / 'pick.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    task: {name: pick_and_place}\n'
+                    f'learner:\n  ros__parameters:\n    log_dir: {tmp_path}/runs\n'
+                    f'    eval_every: 0\n    sac: {{device: cpu}}\n'
+                    f'    checkpoint: {{directory: {tmp_path}/ckpt}}\n')
+    args = ['--ros-args', '--params-file', str(path)]
+    worker = EnvWorkerNode(cli_args=args)
+    try:
+        assert worker.cfg.task.control_hz == 10.0 and worker.cfg.sim.cube_in_gripper == 0.5
+        assert worker.cfg.task.max_episode_steps == 40
+    finally:
+        worker.destroy_node()
+    learner = LearnerNode(cli_args=args)
+    try:
+        assert learner.eval_env_cfg.task.control_hz == 10.0
+    finally:
+        learner.close()
+        learner.destroy_node()
+
+
 def _plotted_topics() -> list[str]:
     """Return the field paths (``/topic/field``) the shipped rqt perspective plots."""
     plugins = json.loads(PERSPECTIVE.read_text(encoding='utf-8'))['groups']['pluginmanager']
