@@ -48,7 +48,7 @@ from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.tasks import TaskSpec
 from async_rl_ros.envs.display import check_render_mode, render_modes
 from async_rl_ros.envs.factory import TRAINING_ONLY
-from async_rl_ros.envs.tasks import get_task, task_defaults
+from async_rl_ros.envs.tasks import get_task, load_sections
 import gymnasium as gym
 import numpy as np
 
@@ -227,12 +227,13 @@ def task_config(task: str, **flat: Any) -> EnvWorkerConfig:
     """
     Return the ``env_worker`` configuration the view of task ``task`` runs.
 
-    The task's own defaults, less the training-only options (the view is the task as
-    evaluated), then ``flat``.
+    The task's own defaults under ``flat`` (:func:`~async_rl_ros.envs.tasks.load_sections`,
+    no file), and the training-only options at their evaluation values where ``flat`` does not
+    name them (the view is the task as evaluated).
     """
-    defaults = {key: value for key, value in task_defaults(task).get('env_worker', {}).items()
-                if key not in TRAINING_ONLY}
-    return EnvWorkerConfig().replace(**{**defaults, 'task.name': task, **flat})
+    cfg = load_sections(None, {'env_worker': {'task.name': task, **flat}},
+                        ('env_worker',))['env_worker']
+    return cfg.replace(**{key: value for key, value in TRAINING_ONLY.items() if key not in flat})
 
 
 def _max_episode_steps(task: str) -> int:
