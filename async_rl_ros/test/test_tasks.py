@@ -210,6 +210,13 @@ def test_a_task_brings_its_own_defaults_and_the_file_and_command_line_win(tmp_pa
     own.write_text('learner:\n  ros__parameters:\n    sac: {hidden_sizes: [64, 64]}\n'
                    'env_worker:\n  ros__parameters:\n    task: {name: push}\n')
     assert learner('push', path=own) == ([64, 64], 200000)  # the file wins, for every task
+    pushed = load_sections(own, {}, ('learner',))['learner']  # the task named by the file
+    assert pushed.total_env_steps == 200000
+    # A task default the shipped file also sets would never apply: the file leaves them out.
+    shipped_keys = {node: set(keys) for node, keys in load_yaml_parameters(shipped).items()}
+    for name in BUILTIN_TASKS:
+        for node, values in task_defaults(name).items():
+            assert not shipped_keys.get(node, set()) & set(values), (name, node)
 
     def acts(task, overrides=None):
         env = load_sections(shipped, {'env_worker': {'task.name': task, **(overrides or {})}},
@@ -219,13 +226,6 @@ def test_a_task_brings_its_own_defaults_and_the_file_and_command_line_win(tmp_pa
     assert acts('reach') == acts('push') == (25.0, 0.0)
     assert acts('pick_and_place') == (10.0, 0.5)  # its own rate and held starts
     assert acts('pick_and_place', {'task.control_hz': 25.0}) == (25.0, 0.5)
-    pushed = load_sections(own, {}, ('learner',))['learner']  # the task named by the file
-    assert pushed.total_env_steps == 200000
-    # A task default the shipped file also sets would never apply: the file leaves them out.
-    shipped_keys = {node: set(keys) for node, keys in load_yaml_parameters(shipped).items()}
-    for name in BUILTIN_TASKS:
-        for node, values in task_defaults(name).items():
-            assert not shipped_keys.get(node, set()) & set(values), (name, node)
 
 
 def test_the_spec_checks_its_layouts():
