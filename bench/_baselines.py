@@ -55,14 +55,13 @@ def baseline_env(task: str, env_cfg):
     Return the task as the baselines see it: a Gymnasium goal-conditioned env.
 
     :param task: ``gym:ID`` (built with ``gymnasium.make(ID)``) or a task of this package
-        (its registered id; the ``env_worker`` settings of ``env_cfg`` that differ from the
-        defaults are passed as overrides).
+        (its registered id; the ``env_worker`` settings of ``env_cfg`` that differ from what
+        that id runs, the task's own defaults included, are passed as overrides).
     :param env_cfg: the run's ``env_worker`` section (the one ours trains with).
     """
     import gymnasium
 
-    from async_rl_ros.core.config import EnvWorkerConfig
-    from async_rl_ros.envs.goal_view import GYM_ENVS
+    from async_rl_ros.envs.goal_view import GYM_ENVS, task_config
     from async_rl_ros.envs.gym_task import resolve_env_id
 
     if task.startswith('gym:'):
@@ -70,10 +69,11 @@ def baseline_env(task: str, env_cfg):
     rows = [row for row in GYM_ENVS if row.task == task]
     if not rows:
         raise SystemExit(f'task {task!r} has no Gymnasium registration for the baselines')
-    default = EnvWorkerConfig().to_flat()
+    default = task_config(task).to_flat()  # pick_and_place: 10 Hz, no held starts
     flat = env_cfg.to_flat()
     overrides = {k: v for k, v in flat.items() if v != default.get(k) and k != 'task.name'}
-    return gymnasium.make(rows[0].env_id, **overrides)
+    return gymnasium.make(rows[0].env_id, **overrides,  # and the time limit of env_cfg's rate
+                          max_episode_steps=env_cfg.task.max_episode_steps)
 
 
 def make_baseline(impl: str, task: str, seed: int, steps: int, env_cfg,

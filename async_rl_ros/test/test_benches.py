@@ -104,6 +104,22 @@ def test_a_baseline_trains_with_the_run_s_held_starts_and_is_judged_without_them
         model.get_env().close()
 
 
+@pytest.mark.parametrize('rate, steps', [(None, 40), (25.0, 100)])
+def test_a_baseline_acts_at_the_run_s_rate_with_its_time_limit(rate, steps):
+    """pick_and_place's own 10 Hz, or the 25 Hz a run sets back: the baseline's env follows."""
+    bench = _load('sample_efficiency')
+    baselines = _load('_baselines')
+    env_cfg = bench._configs(0, 200, 'pick_and_place')[0]
+    if rate is not None:
+        env_cfg = env_cfg.replace(**{'task.control_hz': rate})
+    env = baselines.baseline_env('pick_and_place', env_cfg)
+    try:
+        assert env.unwrapped.env.cfg.task.control_hz == env_cfg.task.control_hz
+        assert env.spec.max_episode_steps == env_cfg.task.max_episode_steps == steps
+    finally:
+        env.close()
+
+
 def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatch):
     """A default changed since (here the reach action) runs the job again."""
     bench = _load('sample_efficiency')
