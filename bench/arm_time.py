@@ -96,7 +96,7 @@ def main() -> None:
         run.close()
     stop()  # the evaluations that arrived after the last check
     learner = run.learner
-    updates0, steps0 = run.loop.ready_at or (learner.updates, learner.env_steps)
+    updates0, steps0 = learner.ready_at or (learner.updates, learner.env_steps)
     ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
     minutes = reached['env_steps'] / hz / 60 if reached else None
     # wall clock until the evaluator had scored that snapshot (its lag behind the arm included)

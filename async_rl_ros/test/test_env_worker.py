@@ -23,6 +23,7 @@ from async_rl_ros.core.workers.env_worker import (EnvWorker, NO_POLICY, WorkerPa
                                                   WorkerPolicy)
 from async_rl_ros.core.workers.runtime import BuiltWorker, WorkerRuntime
 from async_rl_ros.envs.reach_env import make_reach_env
+from conftest import tiny_config, transitions
 import numpy as np
 import pytest
 
@@ -223,6 +224,10 @@ def test_learner_wants_learning_starts_then_transitions_at_min_updates_per_step(
     assert cfg.updates_per_step == 2.0
     learner = Learner(cfg, 21, 3)
     assert learner.env_steps_wanted(slack=100) == 600
+    learner.ingest(transitions(300, np.random.default_rng(0), obs_dim=21, act_dim=3))
+    assert learner.env_steps_wanted(slack=100) == 600  # the 200 the replay still lacks
+    learner.ingest(transitions(200, np.random.default_rng(1), obs_dim=21, act_dim=3))
+    assert learner.ready() and learner.ready_at == (0, 500)
     learner.updates = 50
     assert learner.env_steps_wanted(slack=100) == 500 + 100 + 100  # 2 transitions per update
 
@@ -237,3 +242,49 @@ def test_a_resumed_learner_without_its_replay_wants_the_refill(tmp_path):
     learner.env_steps, learner.updates = 11_456, 100
     assert not learner.ready()
     assert learner.env_steps_wanted(slack=0) == 11_456 + 500
+
+
+def test_a_resumed_learner_and_its_workers_never_wait_for_each_other(tmp_path):
+    """
+    Resumed without its replay where the workers had used up their slack: no idle step.
+
+    Counted from the run's first step, the rate limit wanted nothing beyond the refill, and
+    the loop's cap allowed a few updates per transition after it: a run resumed a few
+    thousand steps short of its budget sat idle for good.
+    """
+    from async_rl_ros.core.learning.loop import Received, TrainingLoop
+    from async_rl_ros.core.learning.metrics import MetricsLogger
+
+    slack = 64
+    cfg = tiny_config(tmp_path, learning_starts=500, min_updates_per_step=1.0,
+                      max_updates_per_step=4.0, rate_limit_slack=slack)
+    learner = Learner(cfg, 5, 2)
+    learner.updates = 4000
+    learner.env_steps = resumed_at = 500 + 4000 + slack  # the allowance, used up
+    rng = np.random.default_rng(5)
+
+    class Workers:  # free-running workers, held to the allowance as the transports hold them
+        blocking = False
+
+        def take(self):
+            room = learner.env_steps_wanted(slack) - learner.env_steps
+            return [Received(transitions(min(32, room), rng), 0)] if room > 0 else []
+
+        def wait(self, timeout):
+            pass
+
+        def maintain(self, learner):
+            pass
+
+    class Sink:
+
+        def publish(self, state):
+            return None
+
+    loop = TrainingLoop(learner, Workers(), Sink(), commit_every=10**6, logger=MetricsLogger())
+    for _ in range(200):
+        before = (learner.env_steps, learner.updates)
+        loop.step()
+        assert (learner.env_steps, learner.updates) != before, 'both sides wait'
+    assert learner.ready_at[0] == 4000 and learner.ready_at[1] >= resumed_at + 500
+    assert learner.env_steps > learner.ready_at[1] + slack  # the workers went on after it

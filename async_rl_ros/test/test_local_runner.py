@@ -264,7 +264,7 @@ def test_a_slow_source_gets_up_to_max_updates_per_step(tmp_path):
     run.run()
     run.close()
     learner = run.learner
-    updates0, steps0 = run.loop.ready_at  # counters when updates could begin
+    updates0, steps0 = run.learner.ready_at  # counters when updates could begin
     ratio = (learner.updates - updates0) / (learner.env_steps - steps0 + 1)
     assert 2.5 < ratio <= 3.0 + 1e-9  # well above updates_per_step, never above the cap
 

@@ -101,6 +101,9 @@ class Learner:
         self.recorded_steps = 0      # transitions ingested from a recording (warm start)
         self.rejected_rows = 0       # transitions dropped for non-finite values
         self.updates = 0
+        #: (updates, env steps) when this process's replay first held enough to update: the
+        #: origin of both update-to-data bounds (:meth:`env_steps_wanted`, the loop's cap)
+        self.ready_at: tuple[int, int] | None = None
         self._published: OrderedDict[int, PolicyState] = OrderedDict()
 
     # ------------------------------------------------------------------ data in
@@ -165,28 +168,39 @@ class Learner:
         return n
 
     def ready(self) -> bool:
-        """Return whether enough transitions arrived to start updating."""
-        return len(self.replay) >= max(self.cfg.learning_starts, self.batch_sizer.batch_size)
+        """
+        Return whether enough transitions arrived to start updating.
+
+        The first ``True`` records :attr:`ready_at`; from then on the learner stays ready.
+        """
+        if self.ready_at is not None:
+            return True
+        with self._lock:  # the training thread and a ROS timer may both ask
+            if self.ready_at is None and len(self.replay) >= max(self.cfg.learning_starts,
+                                                                 self.batch_sizer.batch_size):
+                self.ready_at = (self.updates, self.env_steps)
+        return self.ready_at is not None
 
     def env_steps_wanted(self, slack: int) -> int:
         """
         Return how many transitions in total the learner can use now (the workers' rate limit).
 
-        ``learning_starts`` transitions before the first update, then one per
-        ``1 / min_updates_per_step`` updates, plus ``slack`` that workers may run ahead; a
-        sample-to-insert limiter in the manner of Reverb (Cassirer et al., 2021).
-        Transitions the replay still lacks before updates can start are always wanted, so a
-        run resumed without its replay buffer refills it instead of waiting for updates that
-        cannot come.
+        Until the replay holds enough to update, every transition it still lacks; from then
+        on one per ``1 / min_updates_per_step`` updates, counted from :attr:`ready_at`, plus
+        ``slack`` that workers may run ahead: a sample-to-insert limiter in the manner of
+        Reverb (Cassirer et al., 2021). The loop's cap on updates per transition counts from
+        :attr:`ready_at` too. Counted from the run's first step instead, a learner resumed
+        where its workers had used up their slack wanted no transition beyond its replay's
+        refill, while the cap allowed it only ``max_updates_per_step`` updates per
+        transition after that refill: each side waited for the other.
 
         :param slack: transitions allowed beyond the update-to-data ratio.
         """
-        floor = max(self.cfg.learning_starts, self.batch_sizer.batch_size)
-        by_ratio = int(floor + self.updates / self.cfg.min_updates_per_step)
-        missing = floor - len(self.replay)
-        if missing > 0:  # not ready: the replay's refill is always wanted
-            by_ratio = max(by_ratio, self.env_steps + missing)
-        return by_ratio + slack
+        if not self.ready():  # a new run's first transitions, or a resumed replay's refill
+            floor = max(self.cfg.learning_starts, self.batch_sizer.batch_size)
+            return self.env_steps + floor - len(self.replay) + slack
+        updates0, steps0 = self.ready_at
+        return int(steps0 + (self.updates - updates0) / self.cfg.min_updates_per_step) + slack
 
     # ------------------------------------------------------------------ update
     def train_step(self) -> dict[str, float]:

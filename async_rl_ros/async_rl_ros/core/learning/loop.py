@@ -150,8 +150,6 @@ class TrainingLoop:
         self.cosines: dict[int, float] = {}        # its similarity to the current policy
         self._lags: collections.deque[np.ndarray] = collections.deque()
         self._lag_count = 0
-        #: (updates, env steps) when the replay first held enough to update
-        self.ready_at: tuple[int, int] | None = None
         self._updates_since_commit = 0
         self._saved_at = learner.updates
         self._start = (time.monotonic(), learner.env_steps, learner.updates)
@@ -191,9 +189,7 @@ class TrainingLoop:
         learner = self.learner
         if not learner.ready():
             return False
-        if self.ready_at is None:
-            self.ready_at = (learner.updates, learner.env_steps)
-        updates0, steps0 = self.ready_at
+        updates0, steps0 = learner.ready_at  # the rate limit's origin too
         cap = (self.cfg.updates_per_step if self.source.blocking
                else self.cfg.max_updates_per_step)
         return learner.updates - updates0 < cap * (learner.env_steps - steps0 + 1)
