@@ -21,9 +21,11 @@ import pathlib
 import subprocess
 import sys
 
-from async_rl_ros.core.config import LearnerConfig
+from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
-from async_rl_ros.core.learning.run_folder import LATEST, open_run, RunFolder, RunFolderError
+from async_rl_ros.core.learning.run_folder import (CONFIG, find_run, LATEST, open_run, RunFolder,
+                                                   RunFolderError)
+from async_rl_ros.core.options import load_node_config
 import pytest
 
 TINY = ['--mode', 'single', '--episodes', '2', '--set', 'learner.sac.hidden_sizes=[32, 32]',
@@ -75,6 +77,22 @@ def test_two_runs_get_two_folders_and_resume_continues_the_one_named(tmp_path):
     steps = record_steps(older)  # the curve covers the whole run, not only the resumed part
     assert min(steps) <= 300 < max(steps)
     assert (root / LATEST).resolve() == newer.resolve()  # resuming does not move latest
+
+
+def test_a_run_keeps_its_configuration_whole_for_a_resume(tmp_path):
+    """The file gives back every section exactly, whatever the defaults say."""
+    sections = {
+        'env_worker': EnvWorkerConfig().replace(**{'task.name': 'push', 'task.control_hz': 10.0,
+                                                   'safety.workspace_low': [-0.7, -0.5, 0.05]}),
+        'learner': LearnerConfig().replace(**{'sac.hidden_sizes': [64, 48], 'sac.gamma': 0.95,
+                                              'log_dir': str(tmp_path)}),
+        'local_runner': LocalRunnerConfig().replace(mode='sync', num_workers=3)}
+    with RunFolder.start(tmp_path) as run:
+        path = run.save_config(sections)
+        assert path == run.path / CONFIG and find_run(tmp_path) == run.path
+        assert [p.name for p in run.path.iterdir() if p.name != '.lock'] == [CONFIG]
+    for node, section in sections.items():
+        assert load_node_config(path, node, type(section)) == section, node
 
 
 def test_resume_without_a_run_is_one_line_and_exit_2(tmp_path):

@@ -31,6 +31,7 @@ import time
 import psutil
 import pytest
 import torch
+import yaml
 
 TINY = ['--set', 'learner.sac.hidden_sizes=[32, 32]', '--set', 'learner.batch.initial_batch=64',
         '--set', 'learner.batch.min_batch=8', '--set', 'learner.learning_starts=100',
@@ -165,6 +166,26 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert third.returncode == 0, err
     assert f'checkpoint {newest} skipped: truncated' in err
     assert f'resumed from {older} at 300 env steps' in err
+
+
+def test_a_resume_needs_none_of_the_settings_the_run_was_started_with(tmp_path):
+    first = run_cli(tmp_path, '--task', 'push', '--mode', 'single', '--steps', '300',
+                    '--set', 'env_worker.task.control_hz=10')
+    assert first.wait(timeout=600) == 0
+    saved = tmp_path / 'run' / 'latest' / 'config.yaml'
+    kept = saved.read_bytes()
+    # A resume the checkpoint refuses leaves the run's configuration as it was.
+    refused = run_cli(tmp_path, '--resume', '--set', 'learner.sac.hidden_sizes=[64, 64]')
+    assert refused.wait(timeout=300) == 2 and saved.read_bytes() == kept
+    second = run_cli(tmp_path, '--resume', '--steps', '400')
+    out, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err
+    assert 'resumed from' in err and 'at 300 env steps' in err
+    assert out.lstrip().startswith(f'push, SAC single (config: {saved.resolve()})'), out
+    assert re.search(r'^env steps, updates\s+400, ', out, re.MULTILINE), out  # --steps wins
+    params = yaml.safe_load(saved.read_text())
+    assert params['env_worker']['ros__parameters']['task']['control_hz'] == 10.0
+    assert params['learner']['ros__parameters']['total_env_steps'] == 400
 
 
 @posix

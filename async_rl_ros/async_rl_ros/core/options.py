@@ -42,7 +42,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import yaml
 
 __all__ = ['ConfigError', 'OptionInfo', 'option', 'Section', 'check_box', 'load_yaml_parameters',
-           'load_node_config', 'parameters_markdown', 'INT32_MAX']
+           'dump_yaml_parameters', 'load_node_config', 'parameters_markdown', 'INT32_MAX']
 
 _WILDCARD = '/**'
 INT32_MAX = 2**31 - 1
@@ -348,6 +348,28 @@ def load_yaml_parameters(path: str | Path, known_nodes: Iterable[str] | None = N
             _check_node_name(name, known_nodes, source)
         nodes[name] = _flatten(params)
     return nodes
+
+
+def dump_yaml_parameters(sections: Mapping[str, Section]) -> str:
+    """
+    Write sections as the ROS 2 parameter file :func:`load_yaml_parameters` reads back.
+
+    Every option is written, nested by its dotted name (``ros2 run ... --params-file`` takes
+    the file too), so loading it gives the same sections whatever the defaults are then.
+
+    :param sections: node name -> its section, e.g. ``{'learner': LearnerConfig()}``.
+    """
+    tree: dict[str, Any] = {}
+    for node, section in sections.items():
+        params: dict[str, Any] = {}
+        for key, value in section.to_flat().items():
+            *parents, leaf = key.split('.')
+            branch = params
+            for name in parents:
+                branch = branch.setdefault(name, {})
+            branch[leaf] = value
+        tree[node] = {'ros__parameters': params}
+    return yaml.safe_dump(tree, sort_keys=False, default_flow_style=None)
 
 
 def _check_node_name(name: str, known_nodes: Iterable[str], source: str) -> None:

@@ -195,7 +195,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         help='training budget in env steps (learner.total_env_steps)')
     parser.add_argument('--resume', nargs='?', const='latest', default=None, metavar='RUN',
                         help='continue a run in its folder under learner.log_dir: the latest '
-                        '(default) or the one named (its folder name or path)')
+                        '(default) or the one named (its folder name or path), with the '
+                        'configuration it was started with (config.yaml in its folder) '
+                        'unless --config names a file; the other options change it')
     parser.add_argument('--episodes', type=int, default=None,
                         help='episodes to run (scripted/random, default 20) or the held-out '
                         'episodes that judge the exported policy (sac, default '
@@ -226,8 +228,25 @@ def _load(args: argparse.Namespace
     if args.task is not None:
         overrides['env_worker']['task.name'] = args.task
     from async_rl_ros.envs.tasks import load_sections
-    loaded = load_sections(path, overrides, ('env_worker', 'learner', 'local_runner'))
+    nodes = ('env_worker', 'learner', 'local_runner')
+    loaded = load_sections(path, overrides, nodes)
+    if args.resume is not None and args.config is None:
+        # The run's own configuration, under the options given now (--steps, --set ...).
+        saved = _saved_config(loaded['learner'].log_dir, args.resume)
+        if saved is not None:
+            path = saved
+            loaded = load_sections(path, overrides, nodes)
     return path, loaded['env_worker'], loaded['learner'], loaded['local_runner']
+
+
+def _saved_config(root: str, run: str) -> Path | None:
+    """Return the configuration a run folder keeps, ``None`` if none (an older run)."""
+    from async_rl_ros.core.learning.run_folder import CONFIG, find_run, RunFolderError
+    try:
+        path = find_run(root, run) / CONFIG
+    except RunFolderError:
+        return None  # no such run: resuming it says so
+    return path if path.is_file() else None
 
 
 def _train(args: argparse.Namespace, stop: StopRequest) -> int:

@@ -211,21 +211,26 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
         handles SIGINT and SIGTERM during the run).
     """
     runner_cfg = runner_cfg or LocalRunnerConfig()
+    # What the run folder keeps, for a resume: the sections as given (the folder's own paths
+    # follow from them).
+    given = {'env_worker': env_cfg, 'learner': cfg, 'local_runner': runner_cfg}
     folder, cfg = open_run(cfg, resume)  # locked until the process ends (or close below)
     try:
-        return _train_in(folder, env_cfg, cfg, runner_cfg, resume is not None, progress, stop)
+        return _train_in(folder, env_cfg, cfg, runner_cfg, resume is not None, progress, stop,
+                         given)
     finally:
         folder.close()
 
 
 def _train_in(folder: RunFolder, env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
               runner_cfg: LocalRunnerConfig, resume: bool, progress: bool,
-              stop: StopRequest | None) -> TrainResult:
+              stop: StopRequest | None, given: dict) -> TrainResult:
     # --resume raises CheckpointError (one line, exit 2 in the CLI) when nothing fits.
     run = LocalRun(env_cfg, cfg, runner_cfg, resume=resume)
     try:
         learner, loop = run.learner, run.loop
         _resume(run, folder)
+        folder.save_config(given)  # once the checkpoint fits: a refused resume changes nothing
         bar = Progress(total=cfg.total_env_steps, initial=learner.env_steps, desc=run.mode,
                        unit='step', enabled=progress, interval_s=runner_cfg.stats_interval_s)
 

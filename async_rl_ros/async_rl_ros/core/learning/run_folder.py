@@ -20,6 +20,9 @@ Run folders: every training run writes into a folder of its own, locked while it
 checkpoints go to ``<run>/checkpoints`` unless ``learner.checkpoint.directory`` names another
 folder. ``--resume`` continues ``latest`` or a run named by its folder, in that folder: the
 run's curve and summary then cover the whole run, and nothing of another run is touched.
+Each start and resume writes the configuration it trains with to ``<run>/config.yaml`` (a
+``ros__parameters`` file), which a resume of the run reads back, so continuing a run needs
+none of the settings it was started with.
 
 A run holds an exclusive ``flock`` on ``<run>/.lock`` (and on an outside checkpoint folder)
 for as long as its process lives, so a second process cannot write into it; the kernel drops
@@ -34,13 +37,17 @@ import fcntl
 import os
 from pathlib import Path
 import time
+from typing import Mapping
 
 from async_rl_ros.core.learning.checkpoint import RUN_SUBDIR as CHECKPOINTS
+from async_rl_ros.core.options import dump_yaml_parameters, Section
 from async_rl_ros.core.sections.learning import LearnerConfig
 
-__all__ = ['RunFolder', 'RunFolderError', 'open_run', 'LATEST', 'CHECKPOINTS']
+__all__ = ['RunFolder', 'RunFolderError', 'open_run', 'find_run', 'LATEST', 'CHECKPOINTS',
+           'CONFIG']
 
 LATEST = 'latest'  # the link to the newest run
+CONFIG = 'config.yaml'  # the configuration a run trains with, in its folder
 _LOCK = '.lock'
 
 
@@ -111,18 +118,21 @@ class RunFolder:
         :param name: ``latest``, a folder name under ``root``, or a path to a run folder.
         :raises RunFolderError: no such run, or another process holds it.
         """
-        root = Path(root)
-        path = root / name
-        if not path.is_dir() and name != LATEST and Path(name).is_dir():
-            path = Path(name)
-        if not path.is_dir():
-            runs = sorted(p.name for p in root.iterdir() if p.is_dir()
-                          and not p.name.startswith('.')) if root.is_dir() else []
-            listed = f'runs there: {", ".join(runs[-5:])}' if runs else 'it holds no run'
-            raise RunFolderError(f'no run {name!r} to resume in {root} ({listed})')
-        run = cls(path.resolve(), resumed=True)
+        run = cls(find_run(root, name), resumed=True)
         run._fds.append(_lock(run.path))
         return run
+
+    def save_config(self, sections: Mapping[str, Section]) -> Path:
+        """
+        Write the run's configuration to ``<run>/config.yaml``, whole or not at all.
+
+        :param sections: node name -> the section the run trains with.
+        """
+        path = self.path / CONFIG
+        partial = path.with_name(f'.{CONFIG}.{os.getpid()}')
+        partial.write_text(dump_yaml_parameters(sections), encoding='utf-8')
+        os.replace(partial, path)
+        return path
 
     def lock(self, directory: str | Path) -> None:
         """Also hold ``directory`` (an outside checkpoint folder) until :meth:`close`."""
@@ -140,6 +150,26 @@ class RunFolder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def find_run(root: str | Path, name: str = LATEST) -> Path:
+    """
+    Return the folder of an earlier run: ``latest`` or one named by its folder.
+
+    :param root: the root of the runs (``learner.log_dir``).
+    :param name: ``latest``, a folder name under ``root``, or a path to a run folder.
+    :raises RunFolderError: no such run.
+    """
+    root = Path(root)
+    path = root / name
+    if not path.is_dir() and name != LATEST and Path(name).is_dir():
+        path = Path(name)
+    if not path.is_dir():
+        runs = sorted(p.name for p in root.iterdir() if p.is_dir()
+                      and not p.name.startswith('.')) if root.is_dir() else []
+        listed = f'runs there: {", ".join(runs[-5:])}' if runs else 'it holds no run'
+        raise RunFolderError(f'no run {name!r} to resume in {root} ({listed})')
+    return path.resolve()
 
 
 def open_run(cfg: LearnerConfig, resume: str | None = None
