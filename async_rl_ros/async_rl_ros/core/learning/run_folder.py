@@ -20,9 +20,10 @@ Run folders: every training run writes into a folder of its own, locked while it
 checkpoints go to ``<run>/checkpoints`` unless ``learner.checkpoint.directory`` names another
 folder. ``--resume`` continues ``latest`` or a run named by its folder, in that folder: the
 run's curve and summary then cover the whole run, and nothing of another run is touched.
-Each start and resume writes the configuration it trains with to ``<run>/config.yaml`` (a
-``ros__parameters`` file), which a resume of the run reads back, so continuing a run needs
-none of the settings it was started with.
+The local runner (``async-rl-train``) writes the configuration it trains with to
+``<run>/config.yaml`` (a ``ros__parameters`` file) at each start and resume, and a resume
+reads it back, so continuing a run needs none of the settings it was started with. A ROS 2
+learner takes its parameters from the launch, resumed or not.
 
 A run holds an exclusive ``flock`` on ``<run>/.lock`` (and on an outside checkpoint folder)
 for as long as its process lives, so a second process cannot write into it; the kernel drops
