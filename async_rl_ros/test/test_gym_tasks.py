@@ -246,7 +246,8 @@ def test_a_registered_task_runs_its_own_defaults_as_evaluated():
 
     pick = 'async_rl_ros/UR5PickAndPlace-v0'
     assert gym.registry[pick].max_episode_steps == 40
-    assert gym.registry['async_rl_ros/UR5Push-v0'].max_episode_steps == 100
+    assert gym.registry['async_rl_ros/UR5Push-v0'].max_episode_steps == 40  # 10 Hz too
+    assert gym.registry['async_rl_ros/UR5Reach-v0'].max_episode_steps == 100  # 25 Hz
 
     def held_starts(env):
         lifted = []

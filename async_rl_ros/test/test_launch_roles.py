@@ -130,7 +130,7 @@ def test_roles_match_the_declared_choices():
 
 
 def test_nodes_get_the_task_defaults_under_the_file_and_the_file_whole(tmp_path):
-    for task, width, budget in (('reach', (128, 128), 20000), ('push', (256, 256), 200000)):
+    for task, width, budget in (('reach', (128, 128), 20000), ('push', (256, 256), 100000)):
         nodes = _parameters(task=task)
         learner, worker = nodes['learner'], nodes['env_worker']
         assert tuple(learner['sac.hidden_sizes']) == width, task

@@ -203,15 +203,15 @@ def test_a_task_brings_its_own_defaults_and_the_file_and_command_line_win(tmp_pa
         return loaded['learner'].sac.hidden_sizes, loaded['learner'].total_env_steps
 
     assert learner('reach') == ([128, 128], 20000)  # the dataclass defaults
-    assert learner('push') == ([256, 256], 200000)
+    assert learner('push') == ([256, 256], 100000)
     assert learner('pick_and_place') == ([256, 256], 500000)
     assert learner('push', {'total_env_steps': 5000}) == ([256, 256], 5000)
     own = tmp_path / 'own.yaml'
     own.write_text('learner:\n  ros__parameters:\n    sac: {hidden_sizes: [64, 64]}\n'
                    'env_worker:\n  ros__parameters:\n    task: {name: push}\n')
-    assert learner('push', path=own) == ([64, 64], 200000)  # the file wins, for every task
+    assert learner('push', path=own) == ([64, 64], 100000)  # the file wins, for every task
     pushed = load_sections(own, {}, ('learner',))['learner']  # the task named by the file
-    assert pushed.total_env_steps == 200000
+    assert pushed.total_env_steps == 100000
     # A task default the shipped file also sets would never apply: the file leaves them out.
     shipped_keys = {node: set(keys) for node, keys in load_yaml_parameters(shipped).items()}
     for name in BUILTIN_TASKS:
@@ -223,9 +223,11 @@ def test_a_task_brings_its_own_defaults_and_the_file_and_command_line_win(tmp_pa
                             ('env_worker',))['env_worker']
         return env.task.control_hz, env.sim.cube_in_gripper
 
-    assert acts('reach') == acts('push') == (25.0, 0.0)
+    assert acts('reach') == (25.0, 0.0)
+    assert acts('push') == (10.0, 0.0)  # its own rate, no held starts
     assert acts('pick_and_place') == (10.0, 0.5)  # its own rate and held starts
     assert acts('pick_and_place', {'task.control_hz': 25.0}) == (25.0, 0.5)
+    assert acts('push', {'task.control_hz': 25.0}) == (25.0, 0.0)
 
 
 def test_the_spec_checks_its_layouts():
