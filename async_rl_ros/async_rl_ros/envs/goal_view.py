@@ -32,12 +32,13 @@ rewards with an action term (the reach task's ``action_penalty``) are recomputed
     import gymnasium
     env = gymnasium.make('async_rl_ros/UR5Reach-v0', render_mode='rgb_array')
 
-The env runs the task's own ``env_worker`` defaults (``parameter_defaults``: pick_and_place
-acts at 10 Hz) without the training-only ones (:data:`~async_rl_ros.envs.factory.TRAINING_ONLY`:
-no held starts), as an evaluation does. Keyword arguments of ``gymnasium.make`` other than
-``render_mode`` override dotted keys of that configuration (``**{'task.control_hz': 50.0}``, or
-``**{'sim.cube_in_gripper': 0.5}`` for a learner's held starts); one that changes the episode
-length also needs ``max_episode_steps=`` (the registered time limit is the task's default).
+The env runs the task's own ``env_worker`` defaults (``parameter_defaults``: push and
+pick_and_place act at 10 Hz) without the training-only ones
+(:data:`~async_rl_ros.envs.factory.TRAINING_ONLY`: no held starts), as an evaluation does.
+Keyword arguments of ``gymnasium.make`` other than ``render_mode`` override dotted keys of
+that configuration (``**{'task.control_hz': 50.0}``, or ``**{'sim.cube_in_gripper': 0.5}``
+for a learner's held starts); one that changes the episode length also needs
+``max_episode_steps=`` (the registered time limit is the task's default).
 """
 
 from __future__ import annotations

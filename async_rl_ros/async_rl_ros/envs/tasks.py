@@ -31,7 +31,7 @@ Names (``env_worker.task.name``, ``async-rl-train --task``, ``task:=`` in the la
 :func:`resolve_task` also runs the plug-in's own configuration checks (those that need
 kinematics or the simulator live with the task, not in the core's config sections).
 :func:`load_sections` loads a run's configuration over the task's own defaults (a plug-in's
-``parameter_defaults``: push trains wider networks than reach, for longer).
+``parameter_defaults``: push trains wider networks than reach, for longer, at 10 Hz).
 """
 
 from __future__ import annotations
