@@ -146,6 +146,6 @@ def test_nodes_get_the_task_defaults_under_the_file_and_the_file_whole(tmp_path)
     own.write_text(text + '\n/**:\n  ros__parameters:\n    seed: 7\n', encoding='utf-8')
     nodes = _parameters(task='push', config=own)
     assert tuple(nodes['learner']['sac.hidden_sizes']) == (64, 64)
-    assert nodes['learner']['total_env_steps'] == 200000
+    assert nodes['learner']['total_env_steps'] == 100000
     assert tuple(nodes['env_worker']['hidden_sizes']) == (64, 64)
     assert nodes['learner']['seed'] == 7 and nodes['env_worker']['seed'] == 7
