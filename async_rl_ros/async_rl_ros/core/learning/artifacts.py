@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -34,6 +33,7 @@ from async_rl_ros.core.learning.evaluation import EpisodeStats, Evaluation, Eval
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import plot_learning_curve
+from async_rl_ros.core.learning.run_folder import write_whole
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import torch
@@ -61,14 +61,6 @@ class RunResult:
         return bool(self.summary.get('interrupted'))
 
 
-def _atomic(path: Path, write: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + '.tmp')
-    write(tmp)
-    os.replace(tmp, path)
-    return path
-
-
 def export_policy(learner: Learner, state: PolicyState | None, path: Path) -> Path:
     """
     Write a deterministic policy as TorchScript (atomically).
@@ -81,7 +73,7 @@ def export_policy(learner: Learner, state: PolicyState | None, path: Path) -> Pa
     policy = (learner.export_policy(evaluated=True) if state is None
               else learner.policy_from_state(state))
     scripted = torch.jit.script(policy)
-    return _atomic(path, lambda tmp: scripted.save(str(tmp)))
+    return write_whole(path, lambda tmp: scripted.save(str(tmp)))
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> Path:
@@ -89,7 +81,7 @@ def write_json(path: Path, data: Mapping[str, Any]) -> Path:
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
              for k, v in data.items()}
     text = json.dumps(clean, indent=2, sort_keys=True) + '\n'
-    return _atomic(path, lambda tmp: tmp.write_text(text, encoding='utf-8'))
+    return write_whole(path, lambda tmp: tmp.write_text(text, encoding='utf-8'))
 
 
 def evaluation_summary(stats: EpisodeStats) -> dict[str, Any]:

@@ -38,14 +38,14 @@ import fcntl
 import os
 from pathlib import Path
 import time
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.learning.checkpoint import RUN_SUBDIR as CHECKPOINTS
 from async_rl_ros.core.options import dump_yaml_parameters, Section
 from async_rl_ros.core.sections.learning import LearnerConfig
 
-__all__ = ['RunFolder', 'RunFolderError', 'open_run', 'find_run', 'LATEST', 'CHECKPOINTS',
-           'CONFIG']
+__all__ = ['RunFolder', 'RunFolderError', 'open_run', 'find_run', 'write_whole', 'LATEST',
+           'CHECKPOINTS', 'CONFIG']
 
 LATEST = 'latest'  # the link to the newest run
 CONFIG = 'config.yaml'  # the configuration a run trains with, in its folder
@@ -129,11 +129,9 @@ class RunFolder:
 
         :param sections: node name -> the section the run trains with.
         """
-        path = self.path / CONFIG
-        partial = path.with_name(f'.{CONFIG}.{os.getpid()}')
-        partial.write_text(dump_yaml_parameters(sections), encoding='utf-8')
-        os.replace(partial, path)
-        return path
+        text = dump_yaml_parameters(sections)
+        return write_whole(self.path / CONFIG,
+                           lambda tmp: tmp.write_text(text, encoding='utf-8'))
 
     def lock(self, directory: str | Path) -> None:
         """Also hold ``directory`` (an outside checkpoint folder) until :meth:`close`."""
@@ -151,6 +149,20 @@ class RunFolder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_whole(path: Path, write: Callable[[Path], Any]) -> Path:
+    """
+    Write a file of a run whole or not at all: ``write`` fills a temporary file beside it.
+
+    :param path: the file (its folder is made if missing).
+    :param write: called with the temporary file's path.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + '.tmp')
+    write(tmp)
+    os.replace(tmp, path)  # atomic on POSIX within one file system
+    return path
 
 
 def find_run(root: str | Path, name: str = LATEST) -> Path:
