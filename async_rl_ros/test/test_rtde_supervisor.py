@@ -142,6 +142,15 @@ def test_rtde_config_rules():
     assert cfg.rtde.frequency / cfg.task.control_hz == 5
     with pytest.raises(ConfigError, match='a divisor of rtde.frequency = 125 Hz'):
         cfg.replace(**{'task.control_hz': 30.0})
+    # The cube tasks' 10 Hz on a CB-series controller: the refusal names the rates that work,
+    # written as they are shown, and those pass (12 and 13 periods of 8 ms).
+    with pytest.raises(ConfigError, match=r'nearest: 10\.4167 or 9\.61538\)'):
+        cfg.replace(**{'task.control_hz': 10.0})
+    for hz, periods in ((10.4167, 12), (9.61538, 13), (125.0, 1)):
+        shown = cfg.replace(**{'task.control_hz': hz})
+        assert round(shown.rtde.frequency / shown.task.control_hz) == periods
+    with pytest.raises(ConfigError, match=r'nearest: 125\)'):
+        cfg.replace(**{'task.control_hz': 200.0})       # faster than the controller
     EnvWorkerConfig().replace(**{'task.control_hz': 30.0})   # only the real robot cares
     with pytest.raises(ConfigError, match='one of 125.0, 500.0'):
         cfg.replace(**{'rtde.frequency': 250.0})

@@ -341,11 +341,7 @@ class EnvWorkerConfig(Section):
         the task plug-in (``Task.check``), which every env factory runs.
         """
         if self.backend == 'ur5':
-            ratio = self.rtde.frequency / self.task.control_hz
-            if abs(ratio - round(ratio)) > 1e-9:
-                raise ConfigError(f'{prefix}task.control_hz', self.task.control_hz,
-                                  f'a divisor of rtde.frequency = {self.rtde.frequency:g} Hz',
-                                  source)
+            self._check_periods(source, prefix)
         margin = self.safety.workspace_margin
         for i, axis in enumerate('xyz'):
             lo = self.safety.workspace_low[i] + margin
@@ -356,3 +352,22 @@ class EnvWorkerConfig(Section):
             if self.task.target_high[i] > hi:
                 raise ConfigError(f'{prefix}task.target_high[{axis}]', self.task.target_high[i],
                                   f'<= safety.workspace_high - margin = {hi:g}', source)
+
+    def _check_periods(self, source: str | None, prefix: str) -> None:
+        """
+        Refuse a control rate that is not ``rtde.frequency / n`` for a whole ``n``.
+
+        The real arm waits each step out in ``n`` controller periods (``envs.ur5_rtde``), so
+        any other rate would silently become the nearest one. The refusal names the two
+        nearest rates that work, to six significant digits, which pass this check (10 Hz on a
+        CB-series controller's 125 Hz: 10.4167 is 12 periods, 9.61538 is 13).
+        """
+        freq, hz = self.rtde.frequency, self.task.control_hz
+        periods = freq / hz
+        if abs(periods - round(periods)) <= 1e-5 * periods:
+            return
+        nearest = [freq / n for n in (math.floor(periods), math.ceil(periods)) if n >= 1]
+        named = ' or '.join(f'{rate:.6g}' for rate in nearest)
+        raise ConfigError(f'{prefix}task.control_hz', hz,
+                          f'a divisor of rtde.frequency = {freq:g} Hz, a whole number of its '
+                          f'periods per step; nearest: {named}', source)
