@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections import defaultdict
 import json
 import math
-import os
 from pathlib import Path
 import time
 from typing import Any, Mapping
 
+from async_rl_ros.core.learning.run_folder import write_whole
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 
 __all__ = ['MetricsLogger', 'plot_learning_curve', 'RECORD']
@@ -97,9 +97,8 @@ class MetricsLogger:
                     kept.append(line)
             for points in self.history.values():
                 points.sort(key=lambda p: p[0])  # reloaded before anything logged since
-        tmp = path.with_name(path.name + '.tmp')
-        tmp.write_text(''.join(line + '\n' for line in kept), encoding='utf-8')
-        os.replace(tmp, path)
+        text = ''.join(line + '\n' for line in kept)
+        write_whole(path, lambda tmp: tmp.write_text(text, encoding='utf-8'))
         self._record = open(path, 'a', encoding='utf-8')  # noqa: SIM115 -- closed in close()
         self._flushed = time.monotonic()
         return len(kept)
