@@ -24,13 +24,16 @@ result is the arm time (env steps / control rate) of the first snapshot at the t
 the update-to-data ratio the learner sustained.
 
 Usage: ``python bench/arm_time.py [--quick] [--task NAME] [--threshold F] [--budget-min M]``;
-the last line is JSON (``arm_minutes`` to the threshold, ``null`` where it was not reached).
+the last line is JSON (``arm_minutes`` to the threshold, ``null`` where it was not reached;
+``arm_minutes_run``, how much arm time the run had). SIGINT or SIGTERM (a session that ends)
+stops the run where it is and still prints the summary, with ``stopped_by`` naming the signal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import time
 
 
@@ -55,7 +58,15 @@ def main() -> None:
     from async_rl_ros.core.learning.metrics import MetricsLogger
     from async_rl_ros.envs.tasks import load_sections
     from async_rl_ros.local.cli import default_config_path
+    from async_rl_ros.local.lifecycle import StopRequest
     from async_rl_ros.local.train import LocalRun
+
+    def notice(_: str) -> None:
+        name = signal.Signals(signalled.signum).name
+        print(f'{name}: the run stops here; its summary follows', flush=True)
+
+    signalled = StopRequest(notify=notice)
+    signalled.install()  # before the processes start: a signal at any point ends in a summary
 
     overrides = {'sim.real_time': True, 'seed': args.seed}
     if args.task:
@@ -91,9 +102,10 @@ def main() -> None:
         return bool(reached)
 
     try:
-        run.run(should_stop=stop)
+        run.run(should_stop=lambda: stop() or signalled())
     finally:
         run.close()
+        signalled.uninstall()
     stop()  # the evaluations that arrived after the last check
     learner = run.learner
     updates0, steps0 = learner.ready_at or (learner.updates, learner.env_steps)
@@ -108,8 +120,13 @@ def main() -> None:
     print(json.dumps({'task': env_cfg.task.name, 'threshold': args.threshold,
                       'arm_minutes': round(minutes, 2) if minutes else None,
                       'wall_minutes': round(wall, 2) if wall else None,
+                      'arm_minutes_run': round(learner.env_steps / hz / 60, 2),
                       'updates_per_transition': round(ratio, 3),
-                      'env_steps': learner.env_steps, 'updates': learner.updates}))
+                      'env_steps': learner.env_steps, 'updates': learner.updates,
+                      'stopped_by': signal.Signals(signalled.signum).name
+                      if signalled.signum is not None else None}))
+    if signalled.signum is not None:
+        raise SystemExit(signalled.exit_code())
 
 
 if __name__ == '__main__':

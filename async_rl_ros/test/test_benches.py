@@ -15,7 +15,9 @@
 """The benches still run against the package's API (tiny budgets: smoke tests, not figures)."""
 
 import importlib.util
+import json
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -146,6 +148,29 @@ def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatc
     bench._settings.cache_clear()
     assert bench._job_key(baseline, 500) == shipped_baseline
     assert bench._job_key(job, 500)['settings'] != shipped['settings']
+
+
+def test_a_stopped_arm_time_run_still_reports_what_it_measured():
+    # A session that ends sends SIGTERM: the arm time run so far is still a figure.
+    proc = subprocess.Popen([sys.executable, str(BENCH / 'arm_time.py'), '--quick'],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:  # the column header: the worker and the learner are running
+            lines.append(line)
+            if 'env steps' in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=600)  # a hang guard, not a figure
+    finally:
+        proc.kill()
+    lines += out.splitlines()
+    assert proc.returncode == 128 + signal.SIGTERM, lines
+    assert any(line.startswith('SIGTERM: the run stops here') for line in lines), lines
+    summary = json.loads(lines[-1])
+    assert summary['stopped_by'] == 'SIGTERM'
+    assert summary['arm_minutes'] is None and summary['arm_minutes_run'] >= 0
+    assert summary['task'] == 'reach' and summary['env_steps'] >= 0
 
 
 def test_time_to_success_drives_the_local_runner():
