@@ -149,6 +149,7 @@ def test_rtde_config_rules():
     for hz, periods in ((10.4167, 12), (9.61538, 13), (125.0, 1)):
         shown = cfg.replace(**{'task.control_hz': hz})
         assert round(shown.rtde.frequency / shown.task.control_hz) == periods
+        assert shown.controller_periods == periods  # what the arm waits each step out in
     with pytest.raises(ConfigError, match=r'nearest: 125\)'):
         cfg.replace(**{'task.control_hz': 200.0})       # faster than the controller
     EnvWorkerConfig().replace(**{'task.control_hz': 30.0})   # only the real robot cares

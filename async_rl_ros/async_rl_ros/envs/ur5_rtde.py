@@ -118,7 +118,7 @@ class UR5RTDE(Stepping, Stopping, Moves, Recovery):
         self.ip = cfg.rtde.robot_ip
         self.dt = cfg.task.dt
         self.frequency = float(cfg.rtde.frequency)
-        self.substeps = max(1, int(round(self.dt * self.frequency)))
+        self.substeps = cfg.controller_periods
         self.scale = float(cfg.rtde.speed_scaling)
         self.gate = gate
         self.tool_length = float(tool_length)
@@ -289,7 +289,7 @@ class UR5RTDE(Stepping, Stopping, Moves, Recovery):
             self.rt = cfg.rtde
             self.scale = float(cfg.rtde.speed_scaling)
             self.dt = cfg.task.dt
-            self.substeps = max(1, int(round(self.dt * self.frequency)))
+            self.substeps = cfg.controller_periods  # rtde.frequency is read-only
             self.filter = SafetyFilter(cfg.safety, self.dt, self.tool_length)
 
     def stop(self) -> None:

@@ -353,18 +353,23 @@ class EnvWorkerConfig(Section):
                 raise ConfigError(f'{prefix}task.target_high[{axis}]', self.task.target_high[i],
                                   f'<= safety.workspace_high - margin = {hi:g}', source)
 
+    @property
+    def controller_periods(self) -> int:
+        """Return the controller periods (``rtde.frequency``) one real-arm RL step lasts."""
+        return max(1, round(self.rtde.frequency / self.task.control_hz))
+
     def _check_periods(self, source: str | None, prefix: str) -> None:
         """
         Refuse a control rate that is not ``rtde.frequency / n`` for a whole ``n``.
 
-        The real arm waits each step out in ``n`` controller periods (``envs.ur5_rtde``), so
-        any other rate would silently become the nearest one. The refusal names the two
+        The real arm waits each step out in :attr:`controller_periods` (``envs.ur5_rtde``),
+        so any other rate would silently become the nearest one. The refusal names the two
         nearest rates that work, to six significant digits, which pass this check (10 Hz on a
         CB-series controller's 125 Hz: 10.4167 is 12 periods, 9.61538 is 13).
         """
         freq, hz = self.rtde.frequency, self.task.control_hz
         periods = freq / hz
-        if abs(periods - round(periods)) <= 1e-5 * periods:
+        if abs(periods - self.controller_periods) <= 1e-5 * periods:
             return
         nearest = [freq / n for n in (math.floor(periods), math.ceil(periods)) if n >= 1]
         named = ' or '.join(f'{rate:.6g}' for rate in nearest)
