@@ -419,6 +419,7 @@ class Controller:
                     'runtime_state': self.runtime, 'safety': self.safety,
                     'robot_mode': self.robot_mode,
                     'mode': self.mode, 'watchdog_hz': self.watchdog_hz,
+                    'target': [float(x) for x in self.target],  # speedJ qd / servoJ, moveJ q
                     'counts': {str(k): v for k, v in self.counts.items()},
                     'uploads': self.uploads, 'watchdog_trips': self.watchdog_trips,
                     'protective_stops': self.protective_stops, 'unlocks': self.unlocks,
