@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import time
 
 
@@ -62,8 +61,7 @@ def main() -> None:
     from async_rl_ros.local.train import LocalRun
 
     def notice(_: str) -> None:
-        name = signal.Signals(signalled.signum).name
-        print(f'{name}: the run stops here; its summary follows', flush=True)
+        print(f'{signalled.signal_name}: the run stops here; its summary follows', flush=True)
 
     signalled = StopRequest(notify=notice)
     signalled.install()  # before the processes start: a signal at any point ends in a summary
@@ -123,8 +121,7 @@ def main() -> None:
                       'arm_minutes_run': round(learner.env_steps / hz / 60, 2),
                       'updates_per_transition': round(ratio, 3),
                       'env_steps': learner.env_steps, 'updates': learner.updates,
-                      'stopped_by': signal.Signals(signalled.signum).name
-                      if signalled.signum is not None else None}))
+                      'stopped_by': signalled.signal_name}))
     if signalled.signum is not None:
         raise SystemExit(signalled.exit_code())
 

@@ -117,6 +117,11 @@ class StopRequest:
         """Tell whether a stop was requested."""
         return self._event.is_set()
 
+    @property
+    def signal_name(self) -> str | None:
+        """Return the name of the signal that asked the run to stop (``'SIGTERM'``), if one did."""
+        return None if self.signum is None else signal.Signals(self.signum).name
+
     def request(self, reason: str) -> None:
         """Ask the run to stop (from any thread), e.g. on a fault the runner detected."""
         if self.reason is None:
