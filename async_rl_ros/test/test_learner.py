@@ -19,7 +19,7 @@ import dataclasses
 from async_rl_ros.core.learning.evaluation import EpisodeTracker
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger, plot_learning_curve
-from async_rl_ros.core.learning.resume import resume_learner
+from async_rl_ros.core.learning.resume import replay_note, resume_learner
 from async_rl_ros.core.learning.single_process import train_single_process
 from async_rl_ros.core.learning.step_guard import FiniteGuard
 from async_rl_ros.core.learning.update_graph import replay_in_python, UpdateGraphs
@@ -203,6 +203,7 @@ def test_checkpoint_resume_restores_everything(tmp_path):
     assert resume_learner(restored).path is not None
     assert (restored.updates, restored.policy_version, restored.env_steps) == (10, 7, 300)
     assert len(restored.replay) == 300
+    assert replay_note(restored) == 'replay buffer restored: 300 transitions'
     obs = np.ones(OBS, dtype=np.float32)
     np.testing.assert_array_equal(restored.act(obs, True), learner.act(obs, True))
     assert restored.sac.actor_average is not None  # the shipped default averages the actor
@@ -215,6 +216,29 @@ def test_checkpoint_resume_restores_everything(tmp_path):
     torch.manual_seed(0)
     b = restored.train_step()
     assert a['losses/qf1_loss'] == pytest.approx(b['losses/qf1_loss'], rel=1e-5)
+
+
+def test_a_resume_without_the_replay_buffer_says_so_and_waits_for_new_data(tmp_path):
+    cfg = tiny_config(tmp_path)  # the shipped default: checkpoints without the replay buffer
+    assert not cfg.checkpoint.save_replay_buffer
+    learner = Learner(cfg, OBS, ACT)
+    learner.ingest(transitions(300, np.random.default_rng(5)))
+    for _ in range(3):
+        learner.train_step()
+    learner.save_checkpoint()
+    restored = Learner(cfg, OBS, ACT)
+    resume_learner(restored)
+    assert restored.env_steps == 300 and len(restored.replay) == 0
+    wait = restored.start_size
+    assert wait == max(cfg.learning_starts, restored.batch_sizer.batch_size)
+    assert replay_note(restored) == (
+        'replay buffer empty: the checkpoint holds none (learner.checkpoint.save_replay_buffer '
+        f'keeps it); updates resume once it holds {wait} transitions again')
+    # What the line promises: no update until the buffer holds that much again.
+    restored.ingest(transitions(wait - 1, np.random.default_rng(6)))
+    assert not restored.ready()
+    restored.ingest(transitions(1, np.random.default_rng(7)))
+    assert restored.ready()
 
 
 def test_a_doctor_remedy_survives_a_resume_and_is_undone_once_the_symptom_is_gone(tmp_path):

@@ -154,6 +154,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert second.returncode == 0, err
     assert re.search(r'^held-out episodes\s+3$', out, re.MULTILINE), out  # --episodes wins
     assert 'resumed from' in err and 'at 300 env steps' in err
+    assert 'replay buffer empty: the checkpoint holds none' in err, err  # the default
     # The snapshots scored before the resume stay export candidates (the three best).
     assert re.search(r'^3 snapshots evaluated before the checkpoint stay export candidates '
                      r'\(best: \d+ % at [123]00 env steps\)$', err, re.MULTILINE), err

@@ -39,7 +39,7 @@ from async_rl_ros.core.learning.evaluation import EpisodeStats
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
-from async_rl_ros.core.learning.resume import resume_learner, Resumed
+from async_rl_ros.core.learning.resume import replay_note, resume_learner, Resumed
 from async_rl_ros.core.learning.run_folder import open_run, RunFolder
 from async_rl_ros.core.workers.inline import final_evaluation, InlineWorker, PolicyEvaluator
 from async_rl_ros.envs.factory import build_worker, evaluation_env
@@ -71,6 +71,7 @@ def _resume(run: LocalRun, folder: RunFolder) -> None:
             say(f'checkpoint {path} skipped: {why}')
         say(f'resumed from {found.path} at {learner.env_steps} env steps (run folder '
             f'{folder.path})')
+        say(replay_note(learner))
         say(run.record_note)
     else:
         say(f'run folder: {folder.path}')

@@ -55,7 +55,7 @@ from async_rl_ros.core.learning.doctor import TrainingDiverged
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received, TrainingLoop
 from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
-from async_rl_ros.core.learning.resume import resume_learner
+from async_rl_ros.core.learning.resume import replay_note, resume_learner
 from async_rl_ros.core.learning.run_folder import open_run
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.transport.worker_table import WorkerTable
@@ -131,6 +131,7 @@ class LearnerNode(Node):
                 self.get_logger().warning(f'checkpoint {path} skipped: {why}')
             self.get_logger().info(f'resumed from {found.path} at {self.learner.env_steps} '
                                    'env steps')
+            self.get_logger().info(replay_note(self.learner))
         # transport.warm_start_bag: what was loaded (summary.json); a bad recording stops here
         self.warm_start = warm_start(self.learner, self.transport.warm_start_bag,
                                      self.get_logger().info)

@@ -176,10 +176,14 @@ class Learner:
         if self.ready_at is not None:
             return True
         with self._lock:  # the training thread and a ROS timer may both ask
-            if self.ready_at is None and len(self.replay) >= max(self.cfg.learning_starts,
-                                                                 self.batch_sizer.batch_size):
+            if self.ready_at is None and len(self.replay) >= self.start_size:
                 self.ready_at = (self.updates, self.env_steps)
         return self.ready_at is not None
+
+    @property
+    def start_size(self) -> int:
+        """Return how many transitions the replay buffer holds before the first update."""
+        return max(self.cfg.learning_starts, self.batch_sizer.batch_size)
 
     def env_steps_wanted(self, slack: int) -> int:
         """
@@ -197,8 +201,7 @@ class Learner:
         :param slack: transitions allowed beyond the update-to-data ratio.
         """
         if not self.ready():  # a new run's first transitions, or a resumed replay's refill
-            floor = max(self.cfg.learning_starts, self.batch_sizer.batch_size)
-            return self.env_steps + floor - len(self.replay) + slack
+            return self.env_steps + self.start_size - len(self.replay) + slack
         updates0, steps0 = self.ready_at
         return int(steps0 + (self.updates - updates0) / self.cfg.min_updates_per_step) + slack
 

@@ -26,7 +26,8 @@ values) and restores the learner with :func:`restore_learner`: all of the state 
 -- a restore that fails part-way puts the learner back as it was, and the next older checkpoint
 is tried. Every failure is a :class:`CheckpointError`, which the CLI reports as bad input
 (exit status 2) in one line: no checkpoint at all (``--resume`` never silently starts afresh),
-none usable, or one that does not fit.
+none usable, or one that does not fit. After a resume, :func:`replay_note` says what the
+replay buffer holds: a checkpoint keeps it only with ``checkpoint.save_replay_buffer``.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from async_rl_ros.core.learning.ckpt_digest import DigestError
 import torch
 
 __all__ = ['CheckpointError', 'RestoreFailed', 'Resumed', 'load_newest', 'check_finite',
-           'check_compatible', 'restore_learner', 'resume_learner', 'describe_unreadable',
-           'STRUCTURAL_KEYS']
+           'check_compatible', 'restore_learner', 'resume_learner', 'replay_note',
+           'describe_unreadable', 'STRUCTURAL_KEYS']
 
 # Learner options that shape the saved tensors: a checkpoint only fits the same values.
 STRUCTURAL_KEYS = ('sac.hidden_sizes',)
@@ -261,3 +262,22 @@ def resume_learner(learner: Any) -> Resumed:
         restore_learner(learner, state, path)
 
     return load_newest(learner.checkpoints, check=check_finite, use=use)
+
+
+def replay_note(learner: Any) -> str:
+    """
+    Return the line a driver prints after a resume: what the learner's replay buffer holds.
+
+    Without ``checkpoint.save_replay_buffer`` a checkpoint holds the networks, not the data:
+    the resumed learner refills an empty buffer and waits until it holds ``learning_starts``
+    transitions (or one batch; hindsight copies count) before it updates again, which a user
+    would otherwise only see as a dip in the curve.
+
+    :param learner: has ``replay`` and ``start_size`` (a resumed :class:`Learner`).
+    """
+    held = len(learner.replay)
+    if held:
+        return f'replay buffer restored: {held} transitions'
+    return ('replay buffer empty: the checkpoint holds none (learner.checkpoint.'
+            f'save_replay_buffer keeps it); updates resume once it holds '
+            f'{learner.start_size} transitions again')
