@@ -109,6 +109,26 @@ def test_the_best_snapshots_survive_a_resume_and_can_still_be_exported(tmp_path)
                                    resumed.policy_from_state(snapshots[1].state)(obs))
 
 
+def test_the_last_policy_scored_at_the_end_of_a_run_is_a_candidate_after_a_resume(tmp_path):
+    """The final checkpoint is written again once the last policy's score joins the best."""
+    averaging = {'sac.policy_average_tau': 0.0}  # one actor: no online candidate at the end
+    learner = _learner(tmp_path, export_candidates=2, **averaging)
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    _record(loop, _snapshot(learner, 1, 0.10, 100))
+    learner.policy_version = 3
+
+    def evaluate(state, split):  # the last policy (version 3) is the best one
+        return EpisodeStats(episodes=20, successes=18 if state.version == 3 else 2)
+
+    finish_run(loop, tmp_path / 'run', title='test', evaluate=evaluate)
+    resumed = _learner(tmp_path, export_candidates=2, **averaging)
+    again = TrainingLoop(resumed, None, None, commit_every=1, logger=MetricsLogger())
+    note = again.restore_evaluations(resume_learner(resumed).state)
+    assert note.startswith('2 snapshots evaluated before the checkpoint'), note
+    assert '(best: 90 % at 200 env steps)' in note, note
+    assert [s.state.version for s in again.evaluations] == [1, 3]
+
+
 def test_snapshots_scored_without_per_episode_figures_survive_a_resume(tmp_path):
     """
     An evaluator may keep counts only (``EpisodeStats`` lists empty); they reload too.

@@ -100,6 +100,10 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     """
     Write the final checkpoint, ``policy.pt``, the learning curve and ``summary.json``.
 
+    The checkpoint is written before anything is scored (a stop during the final evaluation
+    still leaves it), and again when the last policy's score joins the evaluator's best, so
+    a resumed run keeps that policy as an export candidate too.
+
     The current policy is scored on the evaluator's episodes like every snapshot was, so a late
     collapse does not overwrite a good policy. The best of many scores is partly luck, so the
     ``learner.export_candidates`` best-scored snapshots and the last policy are scored again
@@ -134,6 +138,10 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
     if evaluate is not None and not skip_evaluation:
         try:
             scored = _score_last(loop, evaluate)
+            if scored and any(e is scored[0] for e in loop.top_evaluations(
+                    learner.cfg.export_candidates)):
+                # Written again: the record a resume restores now holds the last policy's score.
+                checkpoint = loop.save_checkpoint()
             best, candidates = select_export(loop, evaluate, learner.cfg.export_candidates,
                                              scored)
             held_out = evaluate(best.state, 'held_out') if best else None
