@@ -19,28 +19,17 @@ The real ``ur_rtde`` client talks to the double on loopback; the assertions read
 velocities the double's arm actually ran.
 """
 
-from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.envs.reach_env import UR5ReachEnv
 from async_rl_ros.envs.reach_task import OBS_SLICES
 from async_rl_ros.envs.ur5_kinematics import fk_position
-from async_rl_ros.envs.ur5_rtde import UR5RTDE
 import numpy as np
 import pytest
 
 pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
-from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
+from ur_double.backend import Run  # noqa: E402 -- after the skip check
 
 PUSH = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0])  # the last joint turns the flange in place
-
-
-def ur5_cfg(ip: str, **overrides) -> EnvWorkerConfig:
-    flat = {'backend': 'ur5', 'rtde.robot_ip': ip, 'rtde.speed_scaling': 0.5,
-            'rtde.protective_stop_cooldown_s': 0.3, 'rtde.reconnect_initial_s': 0.1,
-            'rtde.reconnect_max_s': 0.4, 'rtde.watchdog_min_hz': 2.0,
-            'task.action': 'joint'}  # PUSH turns one joint
-    flat.update(overrides)
-    return EnvWorkerConfig().replace(**flat)
 
 
 def clean_step(env: UR5ReachEnv) -> np.ndarray:
@@ -77,11 +66,9 @@ def settle(env: UR5ReachEnv, speed: float) -> np.ndarray:
 
 
 def test_speed_scaling_tightens_at_once_and_loosens_next_episode():
-    double = DoubleProcess(cooldown=0.3)
-    env = None
+    run = Run()  # speed_scaling 0.5, joint actions
     try:
-        live = ur5_cfg(double.ip)
-        env = UR5ReachEnv(live, backend=UR5RTDE(live))
+        env, double, live = run.env, run.double, run.cfg
         env.reset(seed=0)
         full = 0.5 * 3.14  # action_scale * max_joint_speed (rad/s) before speed_scaling
         settle(env, full * 0.5)
@@ -100,19 +87,15 @@ def test_speed_scaling_tightens_at_once_and_loosens_next_episode():
         settle(env, full * 0.4)
         assert double.state()['max_speed'] <= full * 0.5 + 1e-9
     finally:
-        if env is not None:
-            env.close()
-        double.close()
+        run.close()
 
 
 def test_sampled_starts_in_a_tight_box_are_never_refused():
-    double = DoubleProcess(cooldown=0.3)
-    env = None
+    # A fifth of plain home_q +- 0.1 rad draws would put the flange above this box.
+    run = Run(**{'safety.workspace_high': [-0.15, 0.35, 0.47], 'task.home_noise': 0.1,
+                 'rtde.speed_scaling': 1.0})
     try:
-        # A fifth of plain home_q +- 0.1 rad draws would put the flange above this box.
-        cfg = ur5_cfg(double.ip, **{'safety.workspace_high': [-0.15, 0.35, 0.47],
-                                    'task.home_noise': 0.1, 'rtde.speed_scaling': 1.0})
-        env = UR5ReachEnv(cfg, backend=UR5RTDE(cfg))
+        env, double = run.env, run.double
         rng = np.random.default_rng(0)
         for seed in range(15):
             env.reset(seed=seed)  # the ur5 backend refuses a start outside the box
@@ -122,6 +105,4 @@ def test_sampled_starts_in_a_tight_box_are_never_refused():
                 env.step(rng.uniform(-1.0, 1.0, 6))
         assert env.safety.violation(fk_position(double.state()['q'])) <= 1e-6
     finally:
-        if env is not None:
-            env.close()
-        double.close()
+        run.close()
