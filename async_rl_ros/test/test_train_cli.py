@@ -190,15 +190,18 @@ def test_a_resume_needs_none_of_the_settings_the_run_was_started_with(tmp_path):
 
 
 @posix
-def test_ctrl_c_writes_a_final_checkpoint_and_exits_130(tmp_path):
-    proc = run_cli(tmp_path, '--steps', '1000000', '--mode', 'single')
-    wait_for_training(proc)
+@pytest.mark.parametrize('mode, children', [('single', 0), ('async', 3)])
+def test_ctrl_c_writes_a_final_checkpoint_and_exits_130(tmp_path, mode, children):
+    """In one process, and with two worker processes (and the resource tracker) to stop."""
+    proc = run_cli(tmp_path, '--steps', '1000000', '--mode', mode, '--workers', '2')
+    found = wait_for_training(proc, children=children)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
     assert 'Traceback' not in err
     assert re.search(r'^outcome\s+stopped by SIGINT \(Ctrl-C\)$', out, re.MULTILINE), out
     assert_saved(tmp_path)
+    assert_gone(found)
 
 
 def test_ctrl_c_during_the_final_evaluation_cuts_it_short_and_still_exports(tmp_path):
