@@ -26,7 +26,7 @@ import ast
 import pathlib
 
 from async_rl_ros.core.config import NODE_SECTIONS
-from async_rl_ros.core.options import load_yaml_parameters
+from async_rl_ros.core.param_file import load_yaml_parameters
 from async_rl_ros.local.cli import default_config_path
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'async_rl_ros'

@@ -25,7 +25,7 @@ from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunner
 from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
 from async_rl_ros.core.learning.run_folder import (CONFIG, find_run, LATEST, open_run, RunFolder,
                                                    RunFolderError)
-from async_rl_ros.core.options import load_node_config
+from async_rl_ros.core.param_file import load_node_config
 import pytest
 
 TINY = ['--mode', 'single', '--episodes', '2', '--set', 'learner.sac.hidden_sizes=[32, 32]',

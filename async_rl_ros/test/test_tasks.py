@@ -27,7 +27,7 @@ import sys
 import textwrap
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
-from async_rl_ros.core.options import load_yaml_parameters
+from async_rl_ros.core.param_file import load_yaml_parameters
 from async_rl_ros.core.tasks import FINAL_DISTANCE, GoalSpec, RankMetric, Task, TaskSpec
 from async_rl_ros.envs.factory import build_env, build_worker
 from async_rl_ros.envs.tasks import (BUILTIN_TASKS, ENTRY_POINT_GROUP, get_task, load_sections,

@@ -28,9 +28,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_rl_ros.core import options
-from async_rl_ros.core.options import (ConfigError, load_yaml_parameters, option, OptionInfo,
-                                       parameters_markdown, Section)
+from async_rl_ros.core import param_file
+from async_rl_ros.core.options import ConfigError, option, OptionInfo, Section
+from async_rl_ros.core.param_file import load_yaml_parameters, parameters_markdown
 from async_rl_ros.core.sections.env import (CellConfig, EnvWorkerConfig, ManipulationConfig,
                                             RTDEConfig, SafetyConfig, SimConfig, TaskConfig)
 from async_rl_ros.core.sections.learning import (BatchSizerConfig, CheckpointConfig,
@@ -94,13 +94,13 @@ def load_node_config(path: str | Path | None, node: str, cls: type[Section],
     """
     Load the section of ``node`` from a parameter file whose sections all name known nodes.
 
-    :func:`async_rl_ros.core.options.load_node_config` with ``known_nodes`` set to
+    :func:`async_rl_ros.core.param_file.load_node_config` with ``known_nodes`` set to
     :data:`NODE_SECTIONS`: a misspelled section (``lerner:``) is refused with a suggestion.
     ``defaults`` go under the file (a task's own settings:
     :func:`async_rl_ros.envs.tasks.task_defaults`).
     """
-    return options.load_node_config(path, node, cls, overrides, known_nodes=NODE_SECTIONS,
-                                    defaults=defaults)
+    return param_file.load_node_config(path, node, cls, overrides, known_nodes=NODE_SECTIONS,
+                                       defaults=defaults)
 
 
 if __name__ == '__main__':

@@ -41,7 +41,8 @@ import time
 from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.learning.checkpoint import RUN_SUBDIR as CHECKPOINTS
-from async_rl_ros.core.options import dump_yaml_parameters, Section
+from async_rl_ros.core.options import Section
+from async_rl_ros.core.param_file import dump_yaml_parameters
 from async_rl_ros.core.sections.learning import LearnerConfig
 
 __all__ = ['RunFolder', 'RunFolderError', 'open_run', 'find_run', 'write_whole', 'LATEST',
