@@ -241,3 +241,13 @@ def test_the_update_to_data_cap_is_at_least_both_floors():
         with pytest.raises(ConfigError, match='max_updates_per_step.*min_updates_per_step'):
             LearnerConfig().replace(**{floor: 5.0})
     assert LearnerConfig().replace(min_updates_per_step=0.25).min_updates_per_step == 0.25
+
+
+def test_a_replay_buffer_that_can_never_start_learning_is_refused():
+    """The first update waits for max(learning_starts, initial batch) stored transitions."""
+    with pytest.raises(ConfigError, match=r'replay.capacity = 999 .*learning_starts = 1000'):
+        LearnerConfig().replace(**{'replay.capacity': 999})
+    with pytest.raises(ConfigError, match=r'replay.capacity = 300 .*initial_batch = 512'):
+        LearnerConfig().replace(**{'replay.capacity': 300, 'learning_starts': 100,
+                                   'batch.initial_batch': 512})
+    assert LearnerConfig().replace(**{'replay.capacity': 1000}).replay.capacity == 1000

@@ -397,9 +397,21 @@ class LearnerConfig(Section):
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
 
     def check(self, source: str | None, prefix: str) -> None:
-        """Refuse an update-to-data cap below the lockstep ratio or the free-running floor."""
+        """
+        Refuse an update-to-data cap below the lockstep ratio or the free-running floor.
+
+        And a replay buffer too small to start: the first update waits for
+        ``max(learning_starts, batch.initial_batch)`` stored transitions, which a smaller
+        ``replay.capacity`` never holds (the run would collect without ever learning).
+        """
         floor = max(self.updates_per_step, self.min_updates_per_step)
         if self.max_updates_per_step < floor:
             raise ConfigError(f'{prefix}max_updates_per_step', self.max_updates_per_step,
                               f'>= updates_per_step = {self.updates_per_step} and '
                               f'min_updates_per_step = {self.min_updates_per_step}', source)
+        start = max(self.learning_starts, self.batch.initial_batch)
+        if self.replay.capacity < start:
+            raise ConfigError(f'{prefix}replay.capacity', self.replay.capacity,
+                              f'>= learning_starts = {self.learning_starts} and '
+                              f'batch.initial_batch = {self.batch.initial_batch}, the stored '
+                              'transitions the first update waits for', source)
