@@ -187,6 +187,7 @@ def test_command_line_overrides_are_yaml_values():
     (['--set', 'safety.workspace_margin=big'], 'a number'),
     (['--config', '/nonexistent/params.yaml'], 'No such file'),
     (['--episodes', '0'], '--episodes'),
+    (['--set', 'learner=3'], "--set = 'learner=3' is not allowed (a key inside the node"),
 ])
 def test_cli_config_errors_exit_2_without_traceback(args, needle):
     result = subprocess.run([sys.executable, '-m', 'async_rl_ros.local.cli', *args],

@@ -156,7 +156,11 @@ def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     known = {node: {name for name, *_ in NODE_SECTIONS[node].options()} for node in nodes}
     for key, value in overrides.items():
         node, _, rest = key.partition('.')
-        if node in nodes and rest:
+        if node in nodes and not rest:
+            example = min(known[node], key=len)
+            raise ConfigError('--set', f'{key}={value}', f'a key inside the node, e.g. '
+                              f'{node}.{example}=...; every key: docs/parameters.md')
+        if node in nodes:
             nodes[node][rest] = value
         else:
             owner = next((n for n in nodes if key in known[n]), 'env_worker')
