@@ -24,10 +24,12 @@ import dataclasses
 import pickle
 import warnings
 
-from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs import display  # importing async_rl_ros.envs registers our ids
+from async_rl_ros.envs.factory import evaluation_env
 from async_rl_ros.envs.goal_view import GoalDictView, GYM_ENVS, register_envs
 from async_rl_ros.envs.gym_task import GymGoalSpec, GymGoalTask
+from async_rl_ros.envs.pybullet_backend import PyBulletUR5
 from async_rl_ros.envs.tasks import get_task, resolve_task
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env as gym_check_env
@@ -298,6 +300,28 @@ def test_human_render_is_refused_without_a_display(monkeypatch):
     try:
         assert 'human' not in env.metadata['render_modes']
         assert 'rgb_array' in env.metadata['render_modes']
+    finally:
+        env.close()
+
+
+def test_a_simulator_window_is_refused_without_a_display_and_evaluations_open_none(
+        monkeypatch):
+    """sim.gui, for every task, is refused before a process opens a window (and hangs)."""
+    monkeypatch.delenv('DISPLAY', raising=False)
+    monkeypatch.setattr(display.sys, 'platform', 'linux')
+    for task in ('reach', 'push', 'gym:PandaReach-v3'):
+        cfg = EnvWorkerConfig().replace(**{'task.name': task, 'sim.gui': True})
+        with pytest.raises(ConfigError, match=r'^sim.gui = True .*\$DISPLAY is not set'):
+            resolve_task(cfg)
+    with pytest.raises(ConfigError, match='^sim.gui'):  # the simulator, built directly
+        PyBulletUR5(SimConfig(gui=True), 0.04)
+    # a gym: task opens its window as render_mode='human' does
+    with pytest.raises(ConfigError, match="render_mode = 'human'"):
+        GymGoalTask('PandaReach-v3').make_env(EnvWorkerConfig().replace(**{'sim.gui': True}))
+    monkeypatch.setenv('DISPLAY', ':0')  # with a display, the evaluator's env opens none
+    env, _ = evaluation_env(EnvWorkerConfig().replace(**{'sim.gui': True}))
+    try:
+        assert env.unwrapped.backend.gui is False
     finally:
         env.close()
 

@@ -129,6 +129,26 @@ class MachineDefault(PointTask):  # a transport option is the machine's, not the
     parameter_defaults = {'ros_transport': {'metrics_hz': 4.0}}
 
 
+def in_a_worker():
+    import multiprocessing
+    return multiprocessing.current_process().name.startswith('env_worker')
+
+
+class Fragile(PointTask):  # a plug-in bug that shows only in the worker processes
+    def make_env(self, cfg, *, gate=None, render_mode=None):
+        if in_a_worker():
+            raise RuntimeError('a bug in the plug-in')
+        return PointEnv()
+
+
+class Misfit(PointTask):  # a setting only the worker's hardware refuses (as a CB3 does)
+    def make_env(self, cfg, *, gate=None, render_mode=None):
+        from async_rl_ros.core.config import ConfigError
+        if in_a_worker():
+            raise ConfigError('rtde.frequency', 500.0, '125 on a CB3 controller')
+        return PointEnv()
+
+
 def not_a_task():
     return object()
 """
@@ -138,6 +158,7 @@ ENTRY_POINTS = '\n'.join([f'[{ENTRY_POINT_GROUP}]', 'point = point_task:PointTas
                           'bad_key = point_task:BadDefaultKey',
                           'bad_node = point_task:BadDefaultNode',
                           'machine_default = point_task:MachineDefault',
+                          'fragile = point_task:Fragile', 'misfit = point_task:Misfit',
                           'missing = point_task_gone:Task', ''])
 
 
@@ -307,6 +328,35 @@ def test_a_registered_task_trains_with_worker_processes_and_exports_a_policy(
     assert (run / 'latest' / 'policy.pt').is_file()
     assert (run / 'latest' / 'learning_curve.png').is_file()
     assert 'point (simulation only' in result.stdout
+
+
+@pytest.mark.parametrize('task, reason, last', [
+    ('fragile', 'RuntimeError: a bug in the plug-in',
+     'env worker 0 died 3 times in a row before its first transition (the last with exit code '
+     '1); its reason is in the lines above'),
+    ('misfit', 'env worker 0: configuration error: rtde.frequency = 500.0 is not allowed (125 '
+     'on a CB3 controller)',
+     'env worker 0 stopped on a failure it cannot recover from (its reason is the line above)'),
+])
+def test_a_worker_that_cannot_start_ends_the_run_instead_of_respawning_forever(
+        plugin_dir, tmp_path, task, reason, last):
+    """
+    Workers whose env fails in every process: the run ends with one line and exit 3.
+
+    A crash is tried three times (a bug: each try's traceback shows); a configuration the
+    worker cannot run, once, in one line.
+    """
+    run = tmp_path / 'run'
+    env = dict(os.environ, OMP_NUM_THREADS='1',
+               PYTHONPATH=os.pathsep.join([str(plugin_dir), os.environ.get('PYTHONPATH', '')]))
+    cmd = [sys.executable, '-m', 'async_rl_ros.local.cli', '--task', task, '--mode', 'async',
+           '--workers', '1', '--set', f'learner.log_dir={run}']
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert result.stderr.count(reason) == (3 if task == 'fragile' else 1), result.stderr
+    assert ('Traceback' in result.stderr) == (task == 'fragile')
+    assert result.stderr.strip().splitlines()[-1] == f'async-rl-train: a worker failed: {last}'
+    assert json.loads((run / 'latest' / 'summary.json').read_text())['env_steps'] == 0
 
 
 def test_an_unknown_task_on_the_command_line_is_one_line_and_exit_2(tmp_path):

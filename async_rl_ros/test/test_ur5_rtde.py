@@ -36,7 +36,7 @@ import pytest
 pytest.importorskip('rtde_control', reason='needs ur-rtde==1.6.5 (requirements.txt)')
 
 from ur_double.backend import drive, expected_speed, make_cfg, PUSH  # noqa: E402
-from ur_double.harness import DoubleProcess  # noqa: E402 -- after the skip check
+from ur_double.harness import DoubleProcess, free_address  # noqa: E402 -- after the skip check
 
 
 @pytest.mark.parametrize('run', [
@@ -348,3 +348,11 @@ def test_wrong_rate_for_a_cb3_and_local_control_are_refused_before_any_motion():
         assert double.state()['uploads'] == 0
     finally:
         double.close()
+
+
+def test_a_controller_that_cannot_be_reached_needs_a_person_not_a_respawn():
+    """Nothing listens at the address: one line that says what to check, no traceback."""
+    ip = free_address()  # a loopback address no double binds
+    with pytest.raises(NeedsPerson, match=rf'^cannot connect to the UR controller at {ip} '
+                       r'\(.+\): check rtde.robot_ip'):
+        UR5RTDE(make_cfg(ip))

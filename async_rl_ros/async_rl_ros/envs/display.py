@@ -15,9 +15,9 @@
 """
 Render modes that work on this machine: ``human`` needs a display, ``rgb_array`` never does.
 
-A PyBullet GUI asked for without a display does not fail, it hangs. Every env of this package
-(the UR5 envs, the Gymnasium envs it flattens, the goal-conditioned view) asks here before it
-advertises or opens one.
+A PyBullet GUI asked for without a display does not fail, it hangs (in native code, deaf to
+Ctrl-C and SIGTERM). Every env of this package (the UR5 envs and their simulator, the Gymnasium
+envs it flattens, the goal-conditioned view) asks here before it advertises or opens one.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Sequence
 
 from async_rl_ros.core.options import ConfigError
 
-__all__ = ['has_display', 'render_modes', 'check_render_mode']
+__all__ = ['has_display', 'render_modes', 'check_render_mode', 'check_gui']
 
 
 def has_display() -> bool:
@@ -55,3 +55,14 @@ def check_render_mode(render_mode: str | None) -> None:
     if render_mode == 'human' and not has_display():
         raise ConfigError('render_mode', render_mode, "rgb_array or None: 'human' opens a "
                           'window and $DISPLAY is not set')
+
+
+def check_gui(gui: bool) -> None:
+    """
+    Refuse ``sim.gui`` where no window can open (instead of hanging).
+
+    :raises ConfigError: naming ``sim.gui``.
+    """
+    if gui and not has_display():
+        raise ConfigError('sim.gui', gui, 'false here: a simulator window needs a display and '
+                          '$DISPLAY is not set; training needs no window')

@@ -35,8 +35,8 @@ from async_rl_ros.core.workers.runtime import BuiltWorker
 from async_rl_ros.envs.object_pose import PoseBoard
 from async_rl_ros.envs.tasks import resolve_task
 
-__all__ = ['build_env', 'build_worker', 'check_config', 'evaluation_env', 'worker_seed',
-           'needs_object_pose', 'outside_training', 'TRAINING_ONLY']
+__all__ = ['build_env', 'build_worker', 'check_config', 'evaluation_config', 'evaluation_env',
+           'worker_seed', 'needs_object_pose', 'outside_training', 'TRAINING_ONLY']
 
 #: Options that shape only the episodes a learning worker collects, with the values every
 #: other env (an evaluation, a fixed policy, a test) runs with.
@@ -92,9 +92,14 @@ def build_env(cfg: EnvWorkerConfig, gate: Any = None, object_pose: PoseBoard | N
     return env, spec
 
 
+def evaluation_config(cfg: EnvWorkerConfig) -> EnvWorkerConfig:
+    """Return ``cfg`` as evaluations run it: always simulated, never paced, no window."""
+    return cfg.replace(**{'backend': 'sim', 'sim.real_time': False, 'sim.gui': False})
+
+
 def evaluation_env(cfg: EnvWorkerConfig) -> tuple[Any, TaskSpec]:
-    """Build the environment evaluations run on: always simulated, never paced."""
-    return build_env(cfg.replace(**{'backend': 'sim', 'sim.real_time': False}))
+    """Build the environment evaluations run on (:func:`evaluation_config`)."""
+    return build_env(evaluation_config(cfg))
 
 
 def build_worker(cfg: EnvWorkerConfig, worker_id: int, hidden: Sequence[int],

@@ -330,8 +330,11 @@ class GymGoalTask:
         """
         Build one flattened env (``gate`` is ignored: no physical arm behind it).
 
-        Seed it as the workers do, with ``reset(seed=...)``.
+        Seed it as the workers do, with ``reset(seed=...)``. ``sim.gui`` opens its window as
+        it opens the UR5 simulator's: ``render_mode='human'``.
         """
+        if render_mode is None and cfg is not None and cfg.sim.gui:
+            render_mode = 'human'
         check_render_mode(render_mode)
         spec = self.spec(cfg)
         return FlatGoalEnv(_make(self.env_id, render_mode), spec.goal)

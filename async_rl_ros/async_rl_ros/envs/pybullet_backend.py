@@ -20,6 +20,7 @@ import time
 
 from async_rl_ros.core.config import EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmState
+from async_rl_ros.envs.display import check_gui
 from async_rl_ros.envs.ur5_kinematics import EFFORT_LIMIT
 from async_rl_ros.envs.ur5_urdf import TOOL_LINK_INDEX, ur5_urdf_path
 import numpy as np
@@ -47,6 +48,7 @@ class PyBulletUR5:
         self.physics_hz = float(sim.physics_hz)
         self.substeps = max(1, int(round(control_dt * sim.physics_hz)))
         self.physics_dt = control_dt / self.substeps
+        check_gui(sim.gui)  # a GUI without a display hangs in pybullet.connect
         mode = pybullet.GUI if sim.gui else pybullet.DIRECT
         # Plain pybullet calls with an explicit client id: a BulletClient wrapper costs a
         # partial() per call, measurable at thousands of steps per second.

@@ -45,6 +45,7 @@ from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, load_node_co
                                       NODE_SECTIONS)
 from async_rl_ros.core.options import Section
 from async_rl_ros.core.tasks import Task, TaskSpec
+from async_rl_ros.envs.display import check_gui
 
 __all__ = ['ENTRY_POINT_GROUP', 'GYM_PREFIX', 'BUILTIN_TASKS', 'TASK_SECTIONS', 'get_task',
            'load_sections', 'resolve_task', 'task_defaults', 'task_names']
@@ -121,6 +122,8 @@ def resolve_task(cfg: EnvWorkerConfig) -> tuple[Task, TaskSpec]:
     :raises ConfigError: an unknown task, or a configuration the task refuses.
     """
     task = get_task(cfg.task.name)
+    if cfg.backend == 'sim':
+        check_gui(cfg.sim.gui)  # here, before any process opens a window and hangs
     held = cfg.sim.cube_in_gripper
     if held and not getattr(task, 'held_start', False):
         raise ConfigError('sim.cube_in_gripper', held, f'0 for task {task.name!r}: only a task '

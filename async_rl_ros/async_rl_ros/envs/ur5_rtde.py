@@ -65,7 +65,7 @@ from async_rl_ros.core.workers.step_budget import StepBudget
 from async_rl_ros.envs.arm import ArmState, rotvec_to_quat
 from async_rl_ros.envs.rtde_link import ClientProcess, LinkLost
 from async_rl_ros.envs.rtde_moves import Moves
-from async_rl_ros.envs.rtde_recovery import controller_major, Recovery
+from async_rl_ros.envs.rtde_recovery import BackendInterrupted, controller_major, Recovery
 from async_rl_ros.envs.rtde_step import Stepping
 from async_rl_ros.envs.rtde_stop import Stopping
 from async_rl_ros.envs.rtde_supervisor import (NeedsPerson, PolicyGate, ProtectiveStopLog,
@@ -156,14 +156,23 @@ class UR5RTDE(Stepping, Stopping, Moves, Recovery):
         self.series = 'e-Series'
         _check_ur_rtde()
         try:
-            self._open_link()
-            _LOG.info('connected to the %s controller at %s (%g Hz, %s; client pid %d)',
-                      self.series, self.ip, self.frequency, self.rt.control_mode,
-                      self.link.pid)
+            try:
+                self._open_link()
+            except (NeedsPerson, BackendInterrupted):
+                raise
+            except RuntimeError as exc:  # no link at all: refused, unanswered, no data
+                # A person must fix the address, the network or the controller: a worker
+                # started again would only fail again.
+                raise NeedsPerson(f'cannot connect to the UR controller at {self.ip} ({exc}): '
+                                  'check rtde.robot_ip, the network and that the controller is '
+                                  'on (async-rl-preflight checks the link); nothing was moved'
+                                  ) from None
         except BaseException:
             self._halt()
             self._drop_link()
             raise
+        _LOG.info('connected to the %s controller at %s (%g Hz, %s; client pid %d)',
+                  self.series, self.ip, self.frequency, self.rt.control_mode, self.link.pid)
 
     # ------------------------------------------------------------------ ArmBackend
     def reset(self, q: np.ndarray) -> ArmState:

@@ -55,6 +55,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from async_rl_ros.core.options import ConfigError
 from async_rl_ros.local.output import guard_output, say
 
 __all__ = ['StopRequest', 'StopRun', 'WorkerFailed', 'stop_scope', 'restore_last_good',
@@ -79,7 +80,7 @@ class StopRun(Exception):
 
 
 class WorkerFailed(RuntimeError):
-    """A child process stopped on an expected failure (it printed the reason itself)."""
+    """A child process cannot run: it stopped on an expected failure, or cannot start."""
 
 
 class StopRequest:
@@ -222,6 +223,8 @@ def describe_failure(exc: BaseException) -> str:
         return 'the robot needs a person'
     if isinstance(exc, WorkerFailed):
         return 'a worker failed'
+    if isinstance(exc, ConfigError):
+        return 'configuration error'
     return type(exc).__name__
 
 
@@ -341,8 +344,9 @@ def child_entry(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
     Decorate the entry point of a runner's child process, e.g. ``worker_main``.
 
     The child first calls :func:`init_child` (dies with its parent, pipe-safe output, no
-    SIGINT). An expected failure (:class:`NeedsPerson` ...) ends it with one line on stderr
-    and exit status ``EXIT_FAILED`` instead of a traceback; the parent turns that status into
+    SIGINT). An expected failure (:class:`NeedsPerson` ...), or a configuration it cannot run
+    (``ConfigError``: a new process would fail alike), ends it with one line on stderr and exit
+    status ``EXIT_FAILED`` instead of a traceback; the parent turns that status into
     :class:`WorkerFailed` with :func:`check_child_exit` rather than respawning the child.
 
     :param label: names the child in the line (its first argument, the id, is appended).
@@ -353,7 +357,7 @@ def child_entry(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
             init_child()
             try:
                 return fn(*args, **kwargs)
-            except expected_failures() as exc:
+            except (*expected_failures(), ConfigError) as exc:
                 who = f'{label} {args[0]}' if args else label
                 say(f'{who}: {describe_failure(exc)}: {exc}')
                 sys.exit(EXIT_FAILED)

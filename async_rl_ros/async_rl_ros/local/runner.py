@@ -34,8 +34,11 @@ stepping, still polling weights -- a sample-to-insert limiter in the manner of R
 (Cassirer et al., 2021), never a round trip with the learner. The counters live in lock-free
 shared memory (one slot per worker), so a worker killed mid-update cannot leave a lock held.
 
-A worker process that dies is respawned and acts with the current policy at once. The body of
-a worker process is :func:`~async_rl_ros.local.worker_process.worker_main`.
+A worker process that dies is respawned and acts with the current policy at once. One that
+cannot run ends the run instead: it stopped on an expected failure (a robot that needs a
+person, a configuration it cannot run), or its slot's processes died
+:data:`MAX_FRUITLESS_STARTS` times in a row before their first transition. The body of a
+worker process is :func:`~async_rl_ros.local.worker_process.worker_main`.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.workers.realtime import keep_off_the_arm
-from async_rl_ros.local.lifecycle import check_child_exit
+from async_rl_ros.local.lifecycle import check_child_exit, WorkerFailed
 from async_rl_ros.local.weight_path import LocalWeightPath
 from async_rl_ros.local.worker_process import worker_main, WorkerShared
 
@@ -67,6 +70,9 @@ __all__ = ['LocalTransport', 'default_num_workers']
 
 _LOG = logging.getLogger(__name__)
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
+#: workers of one slot in a row that may die before their first transition: the next death
+#: ends the run (a worker that cannot start, as a broken task plug-in, only dies again)
+MAX_FRUITLESS_STARTS = 3
 SYNC_STALL_S = 60.0         # s without any batch before a sync round goes on (a hung worker)
 UNLIMITED = 2**62           # allowance of free-running workers
 #: s a wait for batches lasts at most before it looks around again (the reader: the stop flag
@@ -90,6 +96,8 @@ class _WorkerHandle:
     process: Any
     started: float
     restarts: int = 0
+    produced: int = 0   # the slot's transitions queued when this process started
+    fruitless: int = 0  # processes of the slot before it that died before their first one
 
 
 class LocalTransport:
@@ -167,7 +175,7 @@ class LocalTransport:
         for worker_id in range(self.num_workers):
             self._spawn(worker_id)
 
-    def _spawn(self, worker_id: int) -> None:
+    def _spawn(self, worker_id: int, fruitless: int = 0) -> None:
         handle = self.workers.get(worker_id)
         restarts = handle.restarts + 1 if handle else 0
         out = self._ctx.Queue(maxsize=self._queue_size)
@@ -181,7 +189,8 @@ class LocalTransport:
                   self.rcfg.transition_batch, self.rcfg.max_batch_lag, restarts, self.shared,
                   out))
         process.start()
-        self.workers[worker_id] = _WorkerHandle(process, time.monotonic(), restarts)
+        self.workers[worker_id] = _WorkerHandle(process, time.monotonic(), restarts,
+                                                int(self.shared.produced[worker_id]), fruitless)
 
     def shutdown(self) -> None:
         """Stop the workers, the shards and the threads; leave no process behind."""
@@ -316,10 +325,16 @@ class LocalTransport:
         for worker_id, handle in list(self.workers.items()):
             if not handle.process.is_alive() and not self.shared.stop.value:
                 # A worker that stopped on NeedsPerson is not respawned: the run stops.
-                check_child_exit(f'env worker {worker_id}', handle.process.exitcode)
-                _LOG.warning('env worker %d exited (code %s); respawning', worker_id,
-                             handle.process.exitcode)
-                self._spawn(worker_id)
+                name, code = f'env worker {worker_id}', handle.process.exitcode
+                check_child_exit(name, code)
+                fruitless = (handle.fruitless + 1
+                             if self.shared.produced[worker_id] == handle.produced else 0)
+                if fruitless >= MAX_FRUITLESS_STARTS:
+                    raise WorkerFailed(f'{name} died {fruitless} times in a row before its '
+                                       f'first transition (the last with exit code {code}); '
+                                       'its reason is in the lines above')
+                _LOG.warning('env worker %d exited (code %s); respawning', worker_id, code)
+                self._spawn(worker_id, fruitless)
                 self.respawns += 1  # after the new handle is in place, for observers
         return True
 

@@ -62,7 +62,7 @@ from async_rl_ros.core.transport.worker_table import WorkerTable
 from async_rl_ros.core.weights.receiver import weights_summary
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter
 from async_rl_ros.core.workers.inline import final_evaluation
-from async_rl_ros.envs.factory import evaluation_env
+from async_rl_ros.envs.factory import evaluation_config, evaluation_env
 from async_rl_ros.envs.tasks import resolve_task
 from async_rl_ros.local.evaluator import EvaluatorProcess
 from async_rl_ros.ros import qos, topics
@@ -113,7 +113,7 @@ class LearnerNode(Node):
                 self, cls, f'{name}.', frozen=True,
                 defaults=within(defaults.get('env_worker', {}), f'{name}.'))
             .section.to_flat().items()})
-        _, self.spec = resolve_task(self.eval_env_cfg)
+        _, self.spec = resolve_task(evaluation_config(self.eval_env_cfg))  # opens no window
         self.obs_dim, self.act_dim = self.spec.obs_dim, self.spec.act_dim
         if self.transport.warm_start_bag:   # one it cannot use: refused before a run folder
             usable_bag(self.transport.warm_start_bag)

@@ -229,8 +229,9 @@ class SimConfig(Section):
     physics_hz: float = option(500.0, 'Physics rate (the e-Series controller runs at 500 Hz); '
                                'each control step runs round(physics_hz / control_hz) sub-steps.',
                                unit='Hz', low=25.0, high=2000.0, read_only=True)
-    gui: bool = option(False, 'Open the PyBullet GUI (needs a display) for a person to watch.',
-                       read_only=True)
+    gui: bool = option(False, 'Open a window for a person to watch each env worker: the '
+                       'PyBullet GUI of the UR5 tasks, render_mode human of a gym: task '
+                       '(needs a display; evaluations stay headless).', read_only=True)
     real_time: bool = option(False, 'Pace the simulated arm to the wall clock (one control '
                              'period per step), as a physical arm delivers its transitions: '
                              'arm-time studies without an arm.')
