@@ -102,6 +102,20 @@ def test_resume_without_a_run_is_one_line_and_exit_2(tmp_path):
     assert len(lines) == 1 and "no run 'latest' to resume" in lines[0], result.stderr
 
 
+def test_a_folder_that_cannot_be_made_is_named_by_its_option(tmp_path):
+    """A file where a folder must go, or a path under one: one line naming the option."""
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('')
+    for key, overrides in [
+            ('learner.log_dir', {'log_dir': str(blocker)}),
+            ('learner.log_dir', {'log_dir': str(blocker / 'runs')}),
+            ('learner.checkpoint.directory', {'log_dir': str(tmp_path / 'runs'),
+                                              'checkpoint.directory': str(blocker)})]:
+        with pytest.raises(RunFolderError, match=rf'^{key} = .* is not a folder this user can '
+                           r'create and write \((a file is there|Not a directory)\)$'):
+            open_run(LearnerConfig().replace(**overrides))
+
+
 def test_a_run_folder_in_use_is_refused_with_the_holder(tmp_path):
     run = RunFolder.start(tmp_path)
     holder = subprocess.Popen(

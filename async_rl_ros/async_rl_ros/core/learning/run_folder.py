@@ -209,11 +209,25 @@ def open_run(cfg: LearnerConfig, resume: str | None = None
                              'it with --resume, or name another learner.checkpoint.directory')
     fresh = resume is None or (resume == LATEST and held
                                and not (Path(cfg.log_dir) / LATEST).exists())
-    run = RunFolder.start(cfg.log_dir) if fresh else RunFolder.resume(cfg.log_dir, resume)
     try:
-        checkpoints = configured or str(run.path / CHECKPOINTS)
+        run = RunFolder.start(cfg.log_dir) if fresh else RunFolder.resume(cfg.log_dir, resume)
+    except OSError as exc:
+        raise _unusable('learner.log_dir', cfg.log_dir, exc) from None
+    checkpoints = configured or str(run.path / CHECKPOINTS)
+    try:
         run.lock(checkpoints)
+    except OSError as exc:
+        run.close()
+        raise _unusable('learner.checkpoint.directory' if configured else 'learner.log_dir',
+                        checkpoints, exc) from None
     except BaseException:
         run.close()
         raise
     return run, cfg.replace(**{'log_dir': str(run.path), 'checkpoint.directory': checkpoints})
+
+
+def _unusable(key: str, path: str, exc: OSError) -> RunFolderError:
+    """Say which option names a folder that cannot be made or written, and why."""
+    why = 'a file is there' if Path(path).is_file() else (exc.strerror or str(exc))
+    return RunFolderError(f'{key} = {path} is not a folder this user can create and write '
+                          f'({why})')
