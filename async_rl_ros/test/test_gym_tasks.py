@@ -318,7 +318,7 @@ def test_a_simulator_window_is_refused_without_a_display_and_evaluations_open_no
     # a gym: task opens its window as render_mode='human' does
     with pytest.raises(ConfigError, match="render_mode = 'human'"):
         GymGoalTask('PandaReach-v3').make_env(EnvWorkerConfig().replace(**{'sim.gui': True}))
-    monkeypatch.setenv('DISPLAY', ':0')  # with a display, the evaluator's env opens none
+    # The evaluator's env of such a run opens none, so it is built here too.
     env, _ = evaluation_env(EnvWorkerConfig().replace(**{'sim.gui': True}))
     try:
         assert env.unwrapped.backend.gui is False
