@@ -135,3 +135,45 @@ def _quiet(model):
 
     model.set_logger(Logger(folder=None, output_formats=[]))
     return model
+
+
+def save_baseline(model, normalize, folder) -> None:
+    """
+    Store what a baseline needs to go on training: its model, replay buffer and normaliser.
+
+    :param model: the SB3 model.
+    :param normalize: its ``VecNormalize`` or ``None``.
+    :param folder: an existing folder (``bench/_unfinished.py`` gives one per mark).
+    """
+    import pathlib
+    import pickle
+
+    folder = pathlib.Path(folder)
+    model.save(folder / 'model.zip')
+    model.save_replay_buffer(folder / 'replay.pkl')
+    if normalize is not None:
+        with open(folder / 'normalize.pkl', 'wb') as f:
+            pickle.dump((normalize.obs_rms, normalize.ret_rms), f)
+
+
+def load_baseline(model, normalize, folder, device: str = 'cpu'):
+    """
+    Return the model of :func:`save_baseline`'s ``folder``, on ``model``'s env, to go on with.
+
+    ``normalize`` (the ``VecNormalize`` under that env, or ``None``) takes the saved
+    statistics. The SB3 model restores its weights, optimisers, entropy coefficient and step
+    count; the episode in progress starts over (SB3 resets the env at the next ``learn()``).
+    """
+    import pathlib
+    import pickle
+    import warnings
+
+    folder = pathlib.Path(folder)
+    loaded = type(model).load(folder / 'model.zip', env=model.get_env(), device=device)
+    with warnings.catch_warnings():  # HER ends the saved episode there: what a resume wants
+        warnings.filterwarnings('ignore', message='The last trajectory in the replay buffer')
+        loaded.load_replay_buffer(folder / 'replay.pkl')
+    if normalize is not None:
+        with open(folder / 'normalize.pkl', 'rb') as f:
+            normalize.obs_rms, normalize.ret_rms = pickle.load(f)
+    return _quiet(loaded)

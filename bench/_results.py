@@ -16,7 +16,8 @@
 The long benches' results file: every finished run is kept, a later invocation reuses it.
 
 One JSON line per finished run, ``{"job": key, "result": ...}``, appended as the run ends;
-a bench stopped part way (a session that ends, Ctrl-C) loses only the run in progress. A run
+a bench stopped part way (a session that ends, Ctrl-C) loses no finished run, and a run in
+progress that keeps its marks (:func:`unfinished_folder`) goes on from its last one. A run
 is reused only when its whole key matches: the bench's settings and a digest of the shipped
 defaults it trained with (:func:`settings_digest`), so a result measured under other defaults
 is run again, never reported as a figure of the settings that ship. A module of the benches,
@@ -30,7 +31,7 @@ import json
 import os
 from typing import Any, Callable
 
-__all__ = ['default_path', 'find', 'load', 'save', 'settings_digest']
+__all__ = ['default_path', 'find', 'load', 'save', 'settings_digest', 'unfinished_folder']
 
 
 def default_path(bench: str, task: str, quick: bool) -> str:
@@ -44,6 +45,21 @@ def settings_digest(*sections: Any) -> str:
     """Return a digest of config sections (``to_flat()``), in order; ``None`` ones skipped."""
     flat = [s.to_flat() for s in sections if s is not None]
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def unfinished_folder(path: str, key: dict) -> str | None:
+    """
+    Return the folder that keeps the run of ``key`` while it is unfinished (``_unfinished``).
+
+    Beside the results file: ``<path>.unfinished/<impl>_seed<seed>_<digest of key>``; the
+    digest covers the whole key, so a run under other settings never resumes from it.
+    ``None`` when ``path`` is ``''`` (nothing is kept).
+    """
+    if not path:
+        return None
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    name = f'{key.get("impl", "run")}_seed{key.get("seed", "")}_{digest}'
+    return os.path.join(os.path.abspath(path) + '.unfinished', name)
 
 
 def load(path: str, decode: Callable[[dict], dict] | None = None) -> list[dict]:

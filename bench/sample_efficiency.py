@@ -41,7 +41,9 @@ excluded) to the first mark at >= 90 % and at >= 95 %, and whether every mark fr
 
 Each finished run is appended to ``--results`` (JSON lines); a later invocation with the same
 task, budget, marks and evaluation reuses it instead of running it again (``--fresh``: run
-everything again).
+everything again). A run in progress keeps itself at every mark beside that file
+(``bench/_unfinished.py``: a push run takes longer than many sessions last); a later
+invocation resumes it from its newest mark, and its result lists the marks it was resumed at.
 
 Usage: ``python bench/sample_efficiency.py [--quick] [--task NAME] [--steps N]
 [--baseline-steps N] [--seeds 0 1 2] [--only ours|sac_her|tqc_her|sac]``; the last line is a
@@ -60,8 +62,9 @@ import statistics
 import sys
 import time
 
-from _baselines import make_baseline  # beside this script (bench/ is on sys.path)
+from _baselines import load_baseline, make_baseline, save_baseline  # beside this script
 import _results
+from _unfinished import Unfinished
 
 EVAL_SEED = 1_000_000
 EVAL_EPISODES = 40
@@ -71,6 +74,7 @@ IMPLS = ('ours', 'sac_her', 'tqc_her', 'sac')
 BASELINES = ('sac_her', 'tqc_her')
 NAMES = {'ours': 'async_rl_ros', 'sac_her': 'SB3 SAC+HER', 'tqc_her': 'TQC+HER',
          'sac': 'SB3 SAC'}
+
 
 def _configs(seed: int, steps: int, task: str):
     from async_rl_ros.envs.tasks import load_sections
@@ -90,10 +94,11 @@ def _success(env, act, rank=None) -> float:
 
 
 class _Clock:
-    """Training seconds, evaluations excluded."""
+    """Training seconds, evaluations (and keeping the run at its marks) excluded."""
 
-    def __init__(self):
-        self.start = time.perf_counter()
+    def __init__(self, already: float = 0.0):
+        """:param already: training seconds of the run before it was resumed."""
+        self.start = time.perf_counter() - already
         self.paused = 0.0
 
     def evaluate(self, fn):
@@ -106,11 +111,47 @@ class _Clock:
         return time.perf_counter() - self.start - self.paused
 
 
-def run_ours(seed: int, steps: int, marks: list[int], task: str = 'reach') -> dict:
-    """Train this project's learner (shipped defaults, hindsight relabeling) on ``task``."""
+def _resume(impl: str, seed: int, unfinished: Unfinished, restore) -> dict:
+    """
+    Go on from the run's newest kept mark: ``restore(folder)``, then return its record.
+
+    :returns: ``curve``, ``online_curve``, ``seconds`` (by mark) and ``resumed_at``; empty
+        when nothing was kept, or when what was kept cannot be restored (said, then removed).
+    """
+    record = {'curve': {}, 'online_curve': {}, 'seconds': {}, 'resumed_at': []}
+    found = unfinished.newest()
+    if found is None:
+        return record
+    folder, saved = found
+    try:
+        saved = _decode(saved)
+        last = max(saved['curve'])
+        restore(folder)
+    except Exception as exc:  # noqa: B902 -- whatever is wrong with it, start the run afresh
+        print(f'{NAMES[impl]} seed {seed}: cannot resume from {folder} ({type(exc).__name__}: '
+              f'{exc}); starting afresh', file=sys.stderr, flush=True)
+        unfinished.clear()
+        return record
+    saved['resumed_at'] = [*saved.get('resumed_at', []), last]
+    print(f'{NAMES[impl]} seed {seed}: resumed at {last} env steps from {folder}',
+          file=sys.stderr, flush=True)
+    return {**record, **saved}
+
+
+def run_ours(seed: int, steps: int, marks: list[int], task: str = 'reach',
+             keep: str | None = None) -> dict:
+    """
+    Train this project's learner (shipped defaults, hindsight relabeling) on ``task``.
+
+    :param keep: folder of the unfinished run (``_unfinished``): the run resumes from its
+        newest mark and keeps itself there at every mark (its checkpoint with the replay
+        buffer); ``None``: nothing is kept.
+    """
     import torch
 
+    from async_rl_ros.core.learning.checkpoint import CheckpointManager
     from async_rl_ros.core.learning.learner import Learner
+    from async_rl_ros.core.learning.resume import check_finite, load_newest, restore_learner
     from async_rl_ros.core.learning.single_process import single_process_loop
     from async_rl_ros.envs.factory import build_env, evaluation_env
 
@@ -119,15 +160,24 @@ def run_ours(seed: int, steps: int, marks: list[int], task: str = 'reach') -> di
     env, spec = build_env(env_cfg, training=True)
     eval_env, _ = evaluation_env(env_cfg)
     learner = Learner(cfg, spec.obs_dim, spec.act_dim, goal_spec=spec.goal)
-    curve, online, seconds, clock = {}, {}, {}, _Clock()
+    unfinished = Unfinished(keep)
+    record = _resume('ours', seed, unfinished, lambda folder: load_newest(
+        CheckpointManager(folder), check=check_finite,
+        use=lambda path, state: restore_learner(learner, state, path)))
+    curve, online, seconds = record['curve'], record['online_curve'], record['seconds']
+    clock = _Clock(max(seconds.values(), default=0.0))
 
     def scripted(policy):
         return lambda obs: policy(torch.as_tensor(obs, dtype=torch.float32)).detach().numpy()
 
+    def write(folder):
+        CheckpointManager(folder, keep_last=1).save(learner.state_dict(), learner.updates,
+                                                    replay_buffer=learner.replay)
+
     loop = single_process_loop(learner, env)
     loop.maybe_publish()
     try:
-        for mark in marks:
+        for mark in (m for m in marks if m not in curve):
             while learner.env_steps < mark:
                 loop.step()
             seconds[mark] = clock.seconds()
@@ -139,42 +189,61 @@ def run_ours(seed: int, steps: int, marks: list[int], task: str = 'reach') -> di
                 current = scripted(learner.export_policy())
                 online[mark] = clock.evaluate(lambda: _success(eval_env, current, spec.rank))
             _progress('ours', seed, mark, curve[mark], online.get(mark))
+            if mark < marks[-1]:
+                clock.evaluate(lambda: unfinished.save(mark, record, write))
     finally:
         env.close()
         eval_env.close()
     return {'impl': 'async_rl_ros', 'seed': seed, 'curve': curve, 'online_curve': online,
-            'seconds': seconds,
+            'seconds': seconds, 'resumed_at': record['resumed_at'],
             'steps_per_s': steps / max(clock.seconds(), 1e-9),
             'updates_per_s': learner.updates / max(clock.seconds(), 1e-9)}
 
 
 def run_baseline(impl: str, seed: int, steps: int, marks: list[int], task: str = 'reach',
-                 device: str = 'cpu') -> dict:
-    """Train one baseline (see :func:`make_baseline`) and score it at ``marks``."""
+                 device: str = 'cpu', keep: str | None = None) -> dict:
+    """
+    Train one baseline (see :func:`make_baseline`) and score it at ``marks``.
+
+    :param keep: as for :func:`run_ours` (the model, its replay buffer and normaliser).
+    """
     import torch
 
     torch.set_num_threads(1)
     model, normalize, eval_env = make_baseline(impl, task, seed, steps,
                                                _configs(seed, steps, task)[0], device)
 
+    def restore(folder):
+        nonlocal model
+        model = load_baseline(model, normalize, folder, device)
+
+    unfinished = Unfinished(keep)
+    record = _resume(impl, seed, unfinished, restore)
+    curve, seconds = record['curve'], record['seconds']
+    clock = _Clock(max(seconds.values(), default=0.0))
+    done = max(curve, default=0)
+
     def act(obs):
         if normalize is not None:
             obs = normalize.normalize_obs(obs)
         return model.predict(obs, deterministic=True)[0]
 
-    curve, seconds, done, clock = {}, {}, 0, _Clock()
     try:
-        for mark in marks:
+        for mark in (m for m in marks if m not in curve):
             model.learn(mark - done, reset_num_timesteps=False)
             done = mark
             seconds[mark] = clock.seconds()
             curve[mark] = clock.evaluate(lambda: _success(eval_env, act))
             _progress(impl, seed, mark, curve[mark])
+            if mark < marks[-1]:
+                clock.evaluate(lambda: unfinished.save(
+                    mark, record, lambda folder: save_baseline(model, normalize, folder)))
     finally:
         eval_env.close()
         model.get_env().close()
     updates = getattr(model, '_n_updates', 0)
     return {'impl': NAMES[impl], 'key': impl, 'seed': seed, 'curve': curve, 'seconds': seconds,
+            'resumed_at': record['resumed_at'],
             'steps_per_s': steps / max(clock.seconds(), 1e-9),
             'updates_per_s': updates / max(clock.seconds(), 1e-9)}
 
@@ -187,12 +256,15 @@ def _progress(impl: str, seed: int, mark: int, rate: float, online: float | None
           file=sys.stderr, flush=True)
 
 
-def _job(job: tuple, device: str = 'cpu') -> tuple[tuple, dict]:
+def _job(job: tuple, device: str = 'cpu', results: str = '', eval_every: int = 0
+         ) -> tuple[tuple, dict]:
+    """Run one job, resuming it from its unfinished folder beside ``results`` if it has one."""
     impl, seed, steps, marks, task = job
+    keep = _results.unfinished_folder(results, _job_key(job, eval_every))
     if impl == 'ours':
-        result = run_ours(seed, steps, marks, task)
+        result = run_ours(seed, steps, marks, task, keep)
     else:
-        result = run_baseline(impl, seed, steps, marks, task, device)
+        result = run_baseline(impl, seed, steps, marks, task, device, keep)
     result['key'] = impl
     return job, _score(result)
 
@@ -252,6 +324,10 @@ def _settings(task: str, learner: bool) -> str:
     """
     env_cfg, cfg = _configs(0, 1, task)  # the seed and budget are keys of their own
     return _results.settings_digest(env_cfg, cfg if learner else None)
+
+
+def _unfinished(args, job: tuple) -> Unfinished:
+    return Unfinished(_results.unfinished_folder(args.results, _job_key(job, args.eval_every)))
 
 
 def _decode(result: dict) -> dict:
@@ -371,7 +447,8 @@ def main() -> None:
                         help="torch device of the baselines (cpu, cuda, auto); the zoo's "
                         'her-defaults networks (3 x 512, batch 2048) are slow on a CPU')
     parser.add_argument('--fresh', action='store_true',
-                        help='run every job again, even those in the results file')
+                        help='run every job again, even those in the results file or kept '
+                        'unfinished')
     args = parser.parse_args()
     if args.quick:
         args.steps, args.baseline_steps, args.seeds, args.eval_every = 2000, None, [0], 1000
@@ -399,10 +476,15 @@ def main() -> None:
     if results:
         print(f'{len(results)} of {len(jobs)} runs read from {args.results}', flush=True)
     if todo:
+        if args.fresh:  # and nothing resumed either
+            for job in todo:
+                _unfinished(args, job).clear()
         with mp.get_context('spawn').Pool(min(args.jobs, len(todo))) as pool:
-            run = functools.partial(_job, device=args.baseline_device)
+            run = functools.partial(_job, device=args.baseline_device, results=args.results,
+                                    eval_every=args.eval_every)
             for job, r in pool.imap_unordered(run, todo, chunksize=1):  # saved as they end
                 _results.save(args.results, _job_key(job, args.eval_every), r)
+                _unfinished(args, job).clear()
                 results.append(r)
                 print(f'[{len(results)}/{len(jobs)}] {r["impl"]} seed {r["seed"]}: to 90 % '
                       f'{r["steps_to_90"]}, to 95 % {r["steps_to_95"]}, stays >= 90 %: '

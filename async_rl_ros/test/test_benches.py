@@ -63,6 +63,87 @@ def test_sample_efficiency_trains_and_scores_marks(capsys):
     assert marks[0].startswith('async_rl_ros seed 0: ') and '(online actor ' in marks[0]
 
 
+class _Stop(Exception):
+    """Stands in for the end of a session, in the middle of a run."""
+
+
+def _stop_at(bench, monkeypatch, mark: int, seen: list) -> None:
+    """Have the bench stop after it says ``mark`` (the marks before it are kept)."""
+    say = getattr(bench._progress, 'said', bench._progress)
+
+    def progress(impl, seed, at, *rates):
+        say(impl, seed, at, *rates)
+        seen.append(at)
+        if at == mark:
+            raise _Stop
+
+    progress.said = say
+    monkeypatch.setattr(bench, '_progress', progress)
+
+
+def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys):
+    """A session that ends mid-run loses the steps since the last mark, not the run."""
+    from async_rl_ros.core.learning import single_process
+
+    bench = _load('sample_efficiency')
+    keep = tmp_path / 'unfinished'
+    seen = []
+    _stop_at(bench, monkeypatch, 120, seen)
+    with pytest.raises(_Stop):
+        bench.run_ours(0, 180, [60, 120, 180], keep=str(keep))
+    assert [p.name for p in keep.iterdir()] == ['mark_000000000060']  # 120 was not kept
+    capsys.readouterr()
+    started = []
+    make_loop = single_process.single_process_loop
+
+    def loop(learner, env, **kwargs):
+        started.append((learner.env_steps, len(learner.replay)))
+        return make_loop(learner, env, **kwargs)
+
+    monkeypatch.setattr(single_process, 'single_process_loop', loop)
+    seen.clear()
+    _stop_at(bench, monkeypatch, None, seen)  # the next session runs it to the end
+    result = bench.run_ours(0, 180, [60, 120, 180], keep=str(keep))
+    assert started == [(60, started[0][1])] and started[0][1] >= 60  # learner and its data
+    assert seen == [120, 180] and result['resumed_at'] == [60]
+    assert sorted(result['curve']) == sorted(result['online_curve']) == [60, 120, 180]
+    assert result['seconds'][60] <= result['seconds'][120] <= result['seconds'][180]
+    assert 'resumed at 60 env steps' in capsys.readouterr().err
+
+
+def test_a_stopped_baseline_goes_on_from_its_last_mark(monkeypatch, tmp_path):
+    pytest.importorskip('stable_baselines3')
+    bench = _load('sample_efficiency')
+    keep = tmp_path / 'unfinished'
+    seen, loaded = [], []
+    _stop_at(bench, monkeypatch, 100, seen)
+    with pytest.raises(_Stop):
+        bench.run_baseline('sac_her', 0, 150, [50, 100, 150], keep=str(keep))
+    load = bench.load_baseline
+
+    def spy(*args, **kwargs):
+        loaded.append(load(*args, **kwargs))
+        return loaded[-1]
+
+    monkeypatch.setattr(bench, 'load_baseline', spy)
+    seen.clear()
+    _stop_at(bench, monkeypatch, None, seen)
+    result = bench.run_baseline('sac_her', 0, 150, [50, 100, 150], keep=str(keep))
+    assert seen == [100, 150] and result['resumed_at'] == [50]
+    assert loaded[0].num_timesteps == 150  # went on from 50, not from 0
+    assert loaded[0].replay_buffer.size() == 150
+
+
+def test_what_cannot_be_resumed_is_said_and_run_afresh(tmp_path, capsys):
+    bench = _load('sample_efficiency')
+    unfinished = bench.Unfinished(tmp_path)
+    unfinished.save(60, {'curve': {60: 0.5}, 'seconds': {60: 1.0}},
+                    lambda folder: (folder / 'ckpt_000000001.pt').write_bytes(b'\0' * 64))
+    result = bench.run_ours(0, 60, [60], keep=str(tmp_path))
+    assert result['resumed_at'] == [] and sorted(result['curve']) == [60]
+    assert 'cannot resume from' in capsys.readouterr().err
+
+
 def test_a_baseline_leaves_no_log_folders_behind(monkeypatch, tmp_path):
     """SB3 makes an ``SB3-<time>`` folder per ``learn()`` unless it is given a logger."""
     pytest.importorskip('stable_baselines3')
