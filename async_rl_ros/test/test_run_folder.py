@@ -116,6 +116,36 @@ def test_a_folder_that_cannot_be_made_is_named_by_its_option(tmp_path):
             open_run(LearnerConfig().replace(**overrides))
 
 
+def test_a_refused_start_leaves_no_folder_and_latest_names_the_run_before(
+        tmp_path, monkeypatch):
+    """``--resume`` after a refused start must still find the run before it."""
+    from async_rl_ros.core.config import ConfigError
+    from async_rl_ros.local.train import train
+
+    root = tmp_path / 'runs'
+    earlier = RunFolder.start(root)
+    earlier.save_config({'learner': LearnerConfig()})
+    earlier.close()
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('')
+    with pytest.raises(RunFolderError):  # refused by the run folder itself
+        open_run(LearnerConfig().replace(log_dir=str(root), **{
+            'checkpoint.directory': str(blocker)}))
+    assert find_run(root) == earlier.path
+    monkeypatch.delenv('DISPLAY', raising=False)  # refused by the task, inside the run
+    with pytest.raises(ConfigError, match='sim.gui'):
+        train(EnvWorkerConfig().replace(**{'sim.gui': True}),
+              LearnerConfig().replace(log_dir=str(root), total_env_steps=100), progress=False)
+    assert sorted(p.name for p in root.iterdir()) == sorted([earlier.path.name, LATEST])
+    assert find_run(root) == earlier.path
+    # The first run of a root: no link stays behind, and a run that wrote a file is kept.
+    first = RunFolder.start(tmp_path / 'other')
+    assert first.abandon() and not (tmp_path / 'other' / LATEST).exists()
+    wrote = RunFolder.start(tmp_path / 'other')
+    (wrote.path / 'stderr.log').write_text('why it stopped')
+    assert not wrote.abandon() and find_run(tmp_path / 'other') == wrote.path
+
+
 def test_a_run_folder_in_use_is_refused_with_the_holder(tmp_path):
     run = RunFolder.start(tmp_path)
     holder = subprocess.Popen(

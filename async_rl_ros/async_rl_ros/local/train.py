@@ -219,6 +219,9 @@ def train(env_cfg: EnvWorkerConfig, cfg: LearnerConfig,
     try:
         return _train_in(folder, env_cfg, cfg, runner_cfg, resume is not None, progress, stop,
                          given)
+    except BaseException:
+        folder.abandon()  # a start refused before the run wrote anything leaves no folder
+        raise
     finally:
         folder.close()
 

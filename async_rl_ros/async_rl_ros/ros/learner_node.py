@@ -122,19 +122,11 @@ class LearnerNode(Node):
         # In place: the parameter callbacks keep updating the section the learner holds.
         self.cfg.log_dir = run_cfg.log_dir
         self.cfg.checkpoint.directory = run_cfg.checkpoint.directory
-        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal,
-                               task=self.spec.name)
-        found = None
-        if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
-            found = resume_learner(self.learner)
-            for path, why in found.skipped:
-                self.get_logger().warning(f'checkpoint {path} skipped: {why}')
-            self.get_logger().info(f'resumed from {found.path} at {self.learner.env_steps} '
-                                   'env steps')
-            self.get_logger().info(replay_note(self.learner))
-        # transport.warm_start_bag: what was loaded (summary.json); a bad recording stops here
-        self.warm_start = warm_start(self.learner, self.transport.warm_start_bag,
-                                     self.get_logger().info)
+        try:
+            found = self._start_learner(resume)
+        except BaseException:
+            self.run_folder.abandon()  # a refused start leaves no empty run folder behind
+            raise
         self.committer = ShardedCommitter(self.transport.parameter_server,
                                           self.learner.policy_state())
         self.log_dir = pathlib.Path(self.cfg.log_dir)
@@ -374,6 +366,28 @@ class LearnerNode(Node):
             time.monotonic(), workers=self.workers.snapshot(), shards=shards,
             topics=len(self._transition_subs))
         self.diag_pub.publish(array_)
+
+    def _start_learner(self, resume: bool) -> Any:
+        """
+        Build the learner in the run folder, resumed or warm-started as asked.
+
+        :returns: the checkpoint resumed from (:class:`~async_rl_ros.core.learning.resume.
+            Resumed`), or ``None``.
+        """
+        self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal,
+                               task=self.spec.name)
+        found = None
+        if resume:  # the CLI's rules: corrupt files skipped and named, no silent fresh start
+            found = resume_learner(self.learner)
+            for path, why in found.skipped:
+                self.get_logger().warning(f'checkpoint {path} skipped: {why}')
+            self.get_logger().info(f'resumed from {found.path} at {self.learner.env_steps} '
+                                   'env steps')
+            self.get_logger().info(replay_note(self.learner))
+        # transport.warm_start_bag: what was loaded (summary.json); a bad recording stops here
+        self.warm_start = warm_start(self.learner, self.transport.warm_start_bag,
+                                     self.get_logger().info)
+        return found
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:

@@ -20,6 +20,9 @@ Run folders: every training run writes into a folder of its own, locked while it
 checkpoints go to ``<run>/checkpoints`` unless ``learner.checkpoint.directory`` names another
 folder. ``--resume`` continues ``latest`` or a run named by its folder, in that folder: the
 run's curve and summary then cover the whole run, and nothing of another run is touched.
+A new run refused before it wrote anything (a folder it cannot use, a setting only its
+start can check) leaves no folder, and ``latest`` still names the run before it
+(:meth:`RunFolder.abandon`).
 The local runner (``async-rl-train``) writes the configuration it trains with to
 ``<run>/config.yaml`` (a ``ros__parameters`` file) at each start and resume, and a resume
 reads it back, so continuing a run needs none of the settings it was started with. A ROS 2
@@ -87,6 +90,7 @@ class RunFolder:
     path: Path
     resumed: bool
     _fds: list[int] = dataclasses.field(default_factory=list, repr=False)
+    _latest_before: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def start(cls, root: str | Path) -> 'RunFolder':
@@ -103,7 +107,9 @@ class RunFolder:
                 continue
         else:
             raise RunFolderError(f'{root}: no free run folder name for {stamp}')
-        run = cls(path, resumed=False)
+        latest = root / LATEST
+        run = cls(path, resumed=False,
+                  _latest_before=os.readlink(latest) if latest.is_symlink() else None)
         run._fds.append(_lock(path))
         link = root / f'.{LATEST}.{os.getpid()}'
         link.unlink(missing_ok=True)
@@ -139,6 +145,34 @@ class RunFolder:
         directory = Path(directory).resolve()
         if directory != self.path and self.path not in directory.parents:
             self._fds.append(_lock(directory))
+
+    def abandon(self) -> bool:
+        """
+        Undo a new run that was refused before it wrote anything: no empty folder stays behind.
+
+        The folder goes if it holds nothing but its locks, and ``latest`` points back at the
+        run it named before (unless another run has been started since). A resumed run, or
+        one that wrote a file (a log, a checkpoint, its configuration), is kept. Releases
+        the locks.
+
+        :returns: whether the folder was removed.
+        """
+        self.close()
+        if self.resumed or not self.path.is_dir() or any(
+                p.is_file() and p.name != _LOCK for p in self.path.rglob('*')):
+            return False
+        latest = self.path.parent / LATEST
+        if latest.is_symlink() and os.readlink(latest) == self.path.name:
+            if self._latest_before is None:
+                latest.unlink()
+            else:
+                link = self.path.parent / f'.{LATEST}.{os.getpid()}'
+                link.unlink(missing_ok=True)
+                os.symlink(self._latest_before, link)
+                os.replace(link, latest)
+        for directory in sorted(self.path.rglob('*'), reverse=True) + [self.path]:
+            (directory.rmdir if directory.is_dir() else directory.unlink)()
+        return True
 
     def close(self) -> None:
         """Release the locks (the kernel does it too when the process ends)."""
@@ -217,11 +251,11 @@ def open_run(cfg: LearnerConfig, resume: str | None = None
     try:
         run.lock(checkpoints)
     except OSError as exc:
-        run.close()
+        run.abandon()
         raise _unusable('learner.checkpoint.directory' if configured else 'learner.log_dir',
                         checkpoints, exc) from None
     except BaseException:
-        run.close()
+        run.abandon()
         raise
     return run, cfg.replace(**{'log_dir': str(run.path), 'checkpoint.directory': checkpoints})
 
