@@ -42,6 +42,7 @@ def _one_thread():
 def _learner(tmp_path, **flat) -> Learner:
     learner = Learner(tiny_config(tmp_path, **flat), OBS, ACT)
     learner.ingest(transitions(200, np.random.default_rng(0), obs_dim=OBS, act_dim=ACT))
+    learner.train_step()  # a learner that learned: finish_run judges none that did not
     return learner
 
 

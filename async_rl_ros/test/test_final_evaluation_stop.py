@@ -75,6 +75,7 @@ def _scored_run(tmp_path):
     cfg = tiny_config(tmp_path, export_candidates=2, **{'sac.policy_average_tau': 0.0})
     learner = Learner(cfg, OBS, ACT)
     learner.ingest(transitions(200, np.random.default_rng(0)))
+    learner.train_step()  # a learner that learned: finish_run judges none that did not
     loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
     for version, rate in {1: 0.30, 2: 0.55, 3: 0.50, 4: 0.20}.items():
         state = dataclasses.replace(learner.policy_state(), version=version)
@@ -131,6 +132,20 @@ def test_a_stop_during_the_held_out_episodes_keeps_the_export_the_selection_chos
     assert [c['version'] for c in summary['export_candidates']] == [2, 3, 5]
     assert 'eval_success_rate' not in summary  # no held-out judgement to report
     _exported(run, learner, 3)
+
+
+def test_a_run_that_made_no_update_is_not_evaluated(tmp_path):
+    """A run stopped (or failed) before its first update: no minute of episodes to judge it."""
+    learner = Learner(tiny_config(tmp_path), OBS, ACT)
+    loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
+    calls = []
+    run = finish_run(loop, tmp_path / 'run', title='test',
+                     evaluate=lambda state, split: calls.append(split))
+    summary = json.loads(run.summary_path.read_text())
+    assert calls == [] and run.evaluation is None
+    assert summary['final_evaluation'] == ('skipped: no update was made (the first waits for '
+                                           '64 stored transitions)')
+    assert run.policy.is_file() and run.checkpoint  # what there is, is still kept
 
 
 def test_the_final_evaluation_asks_the_stop_request_of_its_driver(tmp_path):

@@ -450,6 +450,7 @@ def test_the_export_is_chosen_on_fresh_episodes_not_by_the_luckiest_score(tmp_pa
     cfg = tiny_config(tmp_path, export_candidates=2, **{'sac.policy_average_tau': 0.0})
     learner = Learner(cfg, OBS, ACT)
     learner.ingest(transitions(200, np.random.default_rng(0)))
+    learner.train_step()  # a learner that learned: finish_run judges none that did not
     loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
     # Evaluator scores (of 20 episodes) and what each policy really does (selection episodes).
     evaluator = {1: 0.30, 2: 0.55, 3: 0.50, 4: 0.20}
@@ -525,6 +526,8 @@ def test_one_export_candidate_exports_the_best_score_as_it_is(tmp_path):
     from async_rl_ros.core.learning.loop import TrainingLoop
 
     learner = Learner(tiny_config(tmp_path, export_candidates=1), OBS, ACT)
+    learner.ingest(transitions(200, np.random.default_rng(0)))
+    learner.train_step()  # a learner that learned: finish_run judges none that did not
     loop = TrainingLoop(learner, None, None, commit_every=1, logger=MetricsLogger())
     best = dataclasses.replace(learner.policy_state(), version=7)
     loop.record_evaluation(best, EpisodeStats(episodes=20, successes=20), env_steps=100)

@@ -128,12 +128,17 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
         summary as ``final_evaluation``; the best policy scored during the run is exported.
         An evaluation that ``evaluate`` ends with :class:`EvaluationStopped` (a stop request
         arrived while it ran) is cut short the same way: the export is the best policy scored
-        so far, chosen on the selection episodes when they were all run.
+        so far, chosen on the selection episodes when they were all run. A run that made no
+        update (stopped, or failed, before its first) is not evaluated: its policy is the
+        initial one.
     """
     learner = loop.learner
     checkpoint = loop.save_checkpoint()
     scored: list[Evaluation] = []
     best, candidates, held_out = None, [], None
+    if not skip_evaluation and learner.updates == 0:  # its initial weights: nothing to judge
+        skip_evaluation = (f'no update was made (the first waits for {learner.start_size} '
+                           'stored transitions)')
     note = f'skipped: {skip_evaluation}' if skip_evaluation else ''
     if evaluate is not None and not skip_evaluation:
         try:
