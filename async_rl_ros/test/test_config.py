@@ -252,3 +252,15 @@ def test_a_replay_buffer_that_can_never_start_learning_is_refused():
         LearnerConfig().replace(**{'replay.capacity': 300, 'learning_starts': 100,
                                    'batch.initial_batch': 512})
     assert LearnerConfig().replace(**{'replay.capacity': 1000}).replay.capacity == 1000
+
+
+@pytest.mark.parametrize('address', ['192.168.1.102', '::1', 'fe80::1', 'ur5', 'ur5-b.lab.'])
+def test_the_controller_is_an_address_or_a_host_name(address):
+    assert EnvWorkerConfig().replace(**{'rtde.robot_ip': address}).rtde.robot_ip == address
+
+
+@pytest.mark.parametrize('address', ['', '999.1.1.1', '192.168.1', 'a b', '-ur5', 'ur5_a',
+                                     'http://192.168.1.102'])
+def test_a_controller_address_that_is_neither_is_refused(address):
+    with pytest.raises(ConfigError, match=r"^rtde\.robot_ip = .* is not allowed \(an IPv4 or "):
+        EnvWorkerConfig().replace(**{'rtde.robot_ip': address})

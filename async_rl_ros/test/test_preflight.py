@@ -130,3 +130,19 @@ def test_the_gripper_is_checked_only_when_asked_and_never_activated(capsys):
         assert table['gripper'] == ('PASS', 'active, 85.0 mm open (POS 0)')
     finally:
         double.close()
+
+
+@pytest.mark.parametrize('argv, line', [
+    (['--robot-ip', ''], "--robot-ip = '' is not allowed (an IPv4 or IPv6 address"),
+    (['--robot-ip', '999.1.1.1'], "--robot-ip = '999.1.1.1' is not allowed"),
+    (['--robot-ip', '127.0.0.1', '--frequency', '-5'],
+     '--frequency = -5.0 is not allowed (one of 125.0, 500.0)'),
+    (['--robot-ip', '127.0.0.1', '--max-latency-ms', '0'],
+     '--max-latency-ms = 0.0 is not allowed (> 0)'),
+])
+def test_bad_arguments_are_one_line_and_exit_2_before_any_connection(argv, line, capsys,
+                                                                    monkeypatch):
+    monkeypatch.setattr(preflight, 'run_checks', lambda *a, **k: pytest.fail('it connected'))
+    assert preflight.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f'async-rl-preflight: {line}') and err.count('\n') == 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import socket
 import statistics
@@ -243,11 +244,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = load_node_config(args.config, 'env_worker', EnvWorkerConfig)
+        # The command line's values pass the checks the worker's parameters pass.
+        flags = {'rtde.robot_ip': '--robot-ip', 'rtde.frequency': '--frequency'}
+        given = {'rtde.robot_ip': args.robot_ip, 'rtde.frequency': args.frequency}
+        try:
+            cfg = cfg.replace(**{k: v for k, v in given.items() if v is not None})
+        except ConfigError as exc:
+            if exc.key not in flags:
+                raise
+            raise ConfigError(flags[exc.key], exc.value, exc.allowed) from None
+        if not (math.isfinite(args.max_latency_ms) and args.max_latency_ms > 0):
+            raise ConfigError('--max-latency-ms', args.max_latency_ms, '> 0')
     except ConfigError as exc:
         print(f'async-rl-preflight: {exc}', file=sys.stderr)
         return 2
-    frequency = args.frequency if args.frequency is not None else cfg.rtde.frequency
-    checks = run_checks(args.robot_ip, frequency, args.max_latency_ms,
+    checks = run_checks(cfg.rtde.robot_ip, cfg.rtde.frequency, args.max_latency_ms,
                         require_rt=args.require_rt, gripper=args.gripper,
                         gripper_port=cfg.cell.gripper_port)
     print(format_table(args.robot_ip, checks), flush=True)

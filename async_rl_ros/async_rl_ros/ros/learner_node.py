@@ -368,12 +368,7 @@ class LearnerNode(Node):
         self.diag_pub.publish(array_)
 
     def _start_learner(self, resume: bool) -> Any:
-        """
-        Build the learner in the run folder, resumed or warm-started as asked.
-
-        :returns: the checkpoint resumed from (:class:`~async_rl_ros.core.learning.resume.
-            Resumed`), or ``None``.
-        """
+        """Build the learner in its run folder, resumed or warm-started; return the resume."""
         self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal,
                                task=self.spec.name)
         found = None

@@ -22,7 +22,9 @@ Import them from :mod:`async_rl_ros.core.config`.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
+import re
 
 from async_rl_ros.core.options import check_box, ConfigError, INT32_MAX, option, Section
 
@@ -251,7 +253,7 @@ class SimConfig(Section):
 class RTDEConfig(Section):
     """The physical UR5 through ur_rtde, and the safety supervisor around it (backend ur5)."""
 
-    robot_ip: str = option('192.168.1.102', 'IP address of the UR controller.',
+    robot_ip: str = option('192.168.1.102', 'IP address (or host name) of the UR controller.',
                            read_only=True)
     frequency: float = option(500.0, 'RTDE rate of the controller: 500 for e-Series, 125 for '
                               'CB3 (a CB3 cannot run at 500).', unit='Hz',
@@ -308,10 +310,29 @@ class RTDEConfig(Section):
                                         read_only=True)
 
     def check(self, source: str | None, prefix: str) -> None:
-        """Check that the reconnection backoff is ordered."""
+        """Check the controller's address and that the reconnection backoff is ordered."""
+        if not _is_address(self.robot_ip):
+            raise ConfigError(prefix + 'robot_ip', self.robot_ip, 'an IPv4 or IPv6 address '
+                              'such as 192.168.1.102, or a host name', source)
         if self.reconnect_initial_s > self.reconnect_max_s:
             raise ConfigError(prefix + 'reconnect_initial_s', self.reconnect_initial_s,
                               f'<= reconnect_max_s = {self.reconnect_max_s:g}', source)
+
+
+_HOST_LABEL = re.compile(r'^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$')
+
+
+def _is_address(text: str) -> bool:
+    """Tell whether ``text`` is an IP address or a host name (RFC 1123 labels)."""
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    labels = text.rstrip('.').split('.')
+    # All-numeric dotted text is a malformed IPv4 address (999.1.1.1), not a host name.
+    return (0 < len(text) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
+            and not all(label.isdigit() for label in labels))
 
 
 @dataclasses.dataclass
