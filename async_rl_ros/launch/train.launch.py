@@ -48,6 +48,7 @@ import time
 
 from async_rl_ros.core.config import (ConfigError, EnvWorkerConfig, LEARNER_ENV_SECTIONS,
                                       LearnerConfig, load_node_config, RosTransportConfig)
+from async_rl_ros.core.workers.machine import check_memory
 from async_rl_ros.envs.factory import check_config, needs_object_pose
 from async_rl_ros.envs.tasks import task_defaults
 from async_rl_ros.ros.bag_reader import usable_bag
@@ -343,6 +344,9 @@ def _launch_setup(context) -> list:
             fleet = ['sim'] * _count(context, 'num_workers')
         if not fleet:
             raise ConfigError('num_workers', 0, 'at least one worker')
+        counted, arm = ('num_sim_workers', 1) if robot == 'ur5' else ('num_workers', 0)
+        with_learner = 1 + transport.parameter_server.num_shards if 'learner' in role else 0
+        check_memory(len(fleet) - arm, arm + with_learner, counted, _count(context, counted))
         first = _count(context, 'first_worker_id')
         for worker_id, backend in enumerate(fleet, start=first):
             overrides = {'backend': backend, **task_override}

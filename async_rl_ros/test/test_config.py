@@ -262,5 +262,5 @@ def test_the_controller_is_an_address_or_a_host_name(address):
 @pytest.mark.parametrize('address', ['', '999.1.1.1', '192.168.1', 'a b', '-ur5', 'ur5_a',
                                      'http://192.168.1.102'])
 def test_a_controller_address_that_is_neither_is_refused(address):
-    with pytest.raises(ConfigError, match=r"^rtde\.robot_ip = .* is not allowed \(an IPv4 or "):
+    with pytest.raises(ConfigError, match=r'^rtde\.robot_ip = .* is not allowed \(an IPv4 or '):
         EnvWorkerConfig().replace(**{'rtde.robot_ip': address})

@@ -149,3 +149,17 @@ def test_nodes_get_the_task_defaults_under_the_file_and_the_file_whole(tmp_path)
     assert nodes['learner']['total_env_steps'] == 100000
     assert tuple(nodes['env_worker']['hidden_sizes']) == (64, 64)
     assert nodes['learner']['seed'] == 7 and nodes['env_worker']['seed'] == 7
+
+
+def test_more_workers_than_free_memory_holds_stop_the_launch_before_any_node(monkeypatch):
+    """``num_workers:=1000`` by a typo: one line, not the out-of-memory killer."""
+    import psutil
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(psutil, 'virtual_memory',
+                        lambda: SimpleNamespace(available=4 * 2**30))  # 16 child processes
+    with pytest.raises(ValueError, match=r'^num_workers = 1000 is not allowed \(<= 13 on this'):
+        _setup(num_workers=1000)  # beside the learner and its 2 shards
+    with pytest.raises(ValueError, match=r'^num_sim_workers = 100 is not allowed \(<= 15 on '):
+        _setup(role='workers', robot='ur5', num_sim_workers=100)  # beside the arm's worker
+    assert len(_started(num_workers=13)[0]) == 13 + len(LEARNER)

@@ -280,6 +280,31 @@ def test_a_physical_arm_gets_exactly_one_worker(tmp_path):
         LocalTransport(real, learner_cfg, runner, learner.policy_state())
 
 
+def test_more_workers_than_free_memory_holds_are_refused_before_any_starts(
+        tmp_path, monkeypatch):
+    """A typo of 1000 workers on a laptop: one line, not the kernel's out-of-memory killer."""
+    import multiprocessing
+    import psutil
+
+    from async_rl_ros.core.workers import machine
+
+    env_cfg, learner_cfg, runner = configs(tmp_path, 'async', 1000)
+    learner = Learner(learner_cfg, 21, 3)
+    free = 4 * 2**30
+    monkeypatch.setattr(psutil, 'virtual_memory', lambda: SimpleNamespace(available=free))
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, 'start',
+                        lambda self: pytest.fail('a process started'))
+    fit = free // machine.CHILD_MEMORY_BYTES - runner.parameter_server.num_shards - 1
+    with pytest.raises(ConfigError, match=rf'^local_runner\.num_workers = {fit + 1} is not '
+                       rf'allowed \(<= {fit} on this machine: a worker process takes about '
+                       r'250 MB and 4\.0 GB of memory are free for them and 3 other '
+                       r'processes\)$'):
+        LocalTransport(env_cfg, learner_cfg, runner.replace(num_workers=fit + 1),
+                       learner.policy_state())
+    # As many as fit: fine.
+    machine.check_memory(fit, runner.parameter_server.num_shards + 1, 'num_workers', fit)
+
+
 def test_with_a_physical_arm_the_learner_and_its_processes_keep_off_the_arm_cpu(
         tmp_path, monkeypatch):
     """On 8 CPUs the learner, shards and evaluator keep 0-6; the worker gets all 8 back."""

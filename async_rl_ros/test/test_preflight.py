@@ -140,8 +140,8 @@ def test_the_gripper_is_checked_only_when_asked_and_never_activated(capsys):
     (['--robot-ip', '127.0.0.1', '--max-latency-ms', '0'],
      '--max-latency-ms = 0.0 is not allowed (> 0)'),
 ])
-def test_bad_arguments_are_one_line_and_exit_2_before_any_connection(argv, line, capsys,
-                                                                    monkeypatch):
+def test_bad_arguments_are_one_line_and_exit_2_before_any_connection(
+        argv, line, capsys, monkeypatch):
     monkeypatch.setattr(preflight, 'run_checks', lambda *a, **k: pytest.fail('it connected'))
     assert preflight.main(argv) == 2
     err = capsys.readouterr().err

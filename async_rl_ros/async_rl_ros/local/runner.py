@@ -48,7 +48,6 @@ import dataclasses
 import logging
 import multiprocessing as mp
 from multiprocessing import connection
-import os
 import queue
 import threading
 import time
@@ -61,12 +60,13 @@ from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.records import PolicyState, TRANSITION_FIELDS
 from async_rl_ros.core.transport.double_buffer import DoubleBuffer
 from async_rl_ros.core.weights.receiver import weights_summary
+from async_rl_ros.core.workers.machine import check_memory, default_num_workers
 from async_rl_ros.core.workers.realtime import keep_off_the_arm
 from async_rl_ros.local.lifecycle import check_child_exit, WorkerFailed
 from async_rl_ros.local.weight_path import LocalWeightPath
 from async_rl_ros.local.worker_process import worker_main, WorkerShared
 
-__all__ = ['LocalTransport', 'default_num_workers']
+__all__ = ['LocalTransport']
 
 _LOG = logging.getLogger(__name__)
 RESPAWN_DELAY_S = 0.5       # s between liveness checks of the worker processes
@@ -79,16 +79,6 @@ UNLIMITED = 2**62           # allowance of free-running workers
 #: and the queues of dead workers; a lockstep round: the stop flag and dead workers); a batch
 #: ends the wait at once.
 READ_WAIT_S = 0.02
-
-
-def default_num_workers() -> int:
-    """Return physical cores - 1 (at least 1): one core stays with the learner."""
-    try:
-        import psutil
-        cores = psutil.cpu_count(logical=False) or os.cpu_count() or 2
-    except ImportError:
-        cores = os.cpu_count() or 2
-    return max(1, cores - 1)
 
 
 @dataclasses.dataclass
@@ -117,6 +107,8 @@ class LocalTransport:
         if env_cfg.backend == 'ur5' and self.num_workers != 1:
             raise ConfigError('local_runner.num_workers', runner.num_workers,
                               'exactly 1 with backend ur5 (one worker drives one physical arm)')
+        check_memory(self.num_workers, runner.parameter_server.num_shards + 1,  # evaluator
+                     'local_runner.num_workers', runner.num_workers)
         from async_rl_ros.envs.factory import needs_object_pose
         if needs_object_pose(env_cfg):
             raise ConfigError('backend', env_cfg.backend, f'sim for task {env_cfg.task.name} '

@@ -103,7 +103,8 @@ class LocalRunnerConfig(Section):
                        'the same in lockstep rounds (the baseline); single: the learner steps '
                        'one environment itself (the reference SAC loop).',
                        choices=('async', 'sync', 'single'))
-    num_workers: int = option(0, 'Env worker processes (0: physical cores - 1, at least 1).',
+    num_workers: int = option(0, 'Env worker processes (0: physical cores - 1, at least 1); '
+                              'more than free memory holds are refused at start.',
                               low=0, high=1024)
     transition_batch: int = option(64, 'Transitions per message from a worker.',
                                    unit='transitions', low=1, high=65536)
