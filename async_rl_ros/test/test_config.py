@@ -264,3 +264,18 @@ def test_the_controller_is_an_address_or_a_host_name(address):
 def test_a_controller_address_that_is_neither_is_refused(address):
     with pytest.raises(ConfigError, match=r'^rtde\.robot_ip = .* is not allowed \(an IPv4 or '):
         EnvWorkerConfig().replace(**{'rtde.robot_ip': address})
+
+
+def test_a_bad_command_line_value_is_not_blamed_on_the_file(tmp_path):
+    """``--set learner.seed=-3`` over train.yaml: the file holds no such value."""
+    from async_rl_ros.core.config import load_node_config
+
+    path = tmp_path / 'train.yaml'
+    path.write_text('learner:\n  ros__parameters:\n    seed: 7\n', encoding='utf-8')
+    with pytest.raises(ConfigError) as given:
+        load_node_config(path, 'learner', LearnerConfig, {'seed': -3})
+    assert str(given.value).startswith('learner.seed = -3 is not allowed')
+    path.write_text('learner:\n  ros__parameters:\n    seed: -7\n', encoding='utf-8')
+    with pytest.raises(ConfigError) as in_file:
+        load_node_config(path, 'learner', LearnerConfig, {'sac.gamma': 0.9})
+    assert str(in_file.value).startswith(f'{path}: learner.seed = -7 is not allowed')

@@ -158,7 +158,13 @@ def load_node_config(path: str | Path | None, node: str, cls: type[Section],
         values.update(nodes.get(node, {}))
     values.update(overrides or {})
     prefix = f'{node}.'
-    return cls.from_flat(values, source=source, prefix=prefix)
+    try:
+        return cls.from_flat(values, source=source, prefix=prefix)
+    except ConfigError as exc:
+        if source is None or exc.key[len(prefix):] not in (overrides or {}):
+            raise
+        # The value came from the command line (or a launch argument), not from the file.
+        raise ConfigError(exc.key, exc.value, exc.allowed) from None
 
 
 def parameters_markdown(sections: Mapping[str, type[Section]]) -> str:

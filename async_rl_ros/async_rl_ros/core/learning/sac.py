@@ -82,7 +82,8 @@ def resolve_device(name: str) -> torch.device:
     if name == 'auto':
         return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     if name == 'cuda' and not torch.cuda.is_available():
-        raise ConfigError('device', name, 'a device that exists (CUDA is not available)')
+        raise ConfigError('learner.sac.device', name,
+                          'a device that exists: auto or cpu (CUDA is not available here)')
     return torch.device(name)
 
 
