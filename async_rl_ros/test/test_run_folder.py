@@ -138,6 +138,8 @@ def test_a_refused_start_leaves_no_folder_and_latest_names_the_run_before(
               LearnerConfig().replace(log_dir=str(root), total_env_steps=100), progress=False)
     assert sorted(p.name for p in root.iterdir()) == sorted([earlier.path.name, LATEST])
     assert find_run(root) == earlier.path
+    with pytest.raises(RunFolderError, match=rf'\(runs there: {earlier.path.name}\)$'):
+        find_run(root, 'nope')  # the runs, not the link to one
     # The first run of a root: no link stays behind, and a run that wrote a file is kept.
     first = RunFolder.start(tmp_path / 'other')
     assert first.abandon() and not (tmp_path / 'other' / LATEST).exists()

@@ -213,7 +213,7 @@ def find_run(root: str | Path, name: str = LATEST) -> Path:
     if not path.is_dir() and name != LATEST and Path(name).is_dir():
         path = Path(name)
     if not path.is_dir():
-        runs = sorted(p.name for p in root.iterdir() if p.is_dir()
+        runs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink()
                       and not p.name.startswith('.')) if root.is_dir() else []
         listed = f'runs there: {", ".join(runs[-5:])}' if runs else 'it holds no run'
         raise RunFolderError(f'no run {name!r} to resume in {root} ({listed})')
