@@ -48,7 +48,7 @@ from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.normalizer import RunningNormalizer
 from async_rl_ros.core.learning.replay import ReplayBuffer
 from async_rl_ros.core.learning.sac import SAC, UPDATE_METRICS
-from async_rl_ros.core.learning.step_guard import FiniteGuard
+from async_rl_ros.core.learning.step_guard import DoctorGuard
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import GoalSpec
 import numpy as np
@@ -84,7 +84,7 @@ class Learner:
         self.sac = SAC(obs_dim, act_dim, cfg.sac)
         self.device = self.sac.device
         self.doctor = Doctor(cfg.doctor, knobs=self.sac)
-        self.sac.guard = _DoctorGuard(self.doctor)
+        self.sac.guard = DoctorGuard(self.doctor)
         self.replay = ReplayBuffer(cfg.replay, obs_dim, act_dim,
                                    rng=np.random.default_rng(cfg.seed + 1))
         self.normalizer = RunningNormalizer(obs_dim)
@@ -407,19 +407,3 @@ class Learner:
         """
         step = ('replay/mean_weight', 'replay/mean_policy_lag', 'charts/batch_size')
         return list(dict.fromkeys((*self.metrics(), *UPDATE_METRICS, *step)))
-
-
-class _DoctorGuard(FiniteGuard):
-    """The training doctor as SAC's guard: it refuses exactly the non-finite steps."""
-
-    def __init__(self, doctor: Doctor):
-        self.doctor = doctor
-
-    def __call__(self, losses: Mapping[str, torch.Tensor], parameters: Any,
-                 grad_norm: torch.Tensor) -> bool:
-        """Judge a step with :meth:`Doctor.step_ok` (a refusal is counted and acted on)."""
-        return self.doctor.step_ok(losses, parameters, grad_norm)
-
-    def passed(self) -> None:
-        """Record an update a CUDA graph found finite."""
-        self.doctor.step_passed()

@@ -19,8 +19,7 @@ The step guard: what decides whether one optimizer step of the SAC update is app
 :func:`guarded_step`, which hands a guard the step's losses, the parameters the step would
 change and their gradient norm, after the backward pass and before the optimizer step; a guard
 that returns ``False`` skips the step. :class:`FiniteGuard` refuses exactly the non-finite
-steps; the training doctor's guard (:mod:`async_rl_ros.core.learning.learner`) is one, which
-also counts and restores.
+steps; :class:`DoctorGuard`, the training doctor's, is one that also counts and restores.
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ from typing import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-__all__ = ['Guard', 'FiniteGuard', 'all_finite', 'finite_guard', 'fused_adam', 'guarded_step']
+__all__ = ['Guard', 'FiniteGuard', 'DoctorGuard', 'all_finite', 'finite_guard', 'fused_adam',
+           'guarded_step']
 
 #: ``guard(losses, parameters, grad_norm) -> apply the step?``
 Guard = Callable[[Mapping[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor], bool]
@@ -71,6 +71,23 @@ class FiniteGuard:
 
 #: The default guard.
 finite_guard = FiniteGuard()
+
+
+class DoctorGuard(FiniteGuard):
+    """The training doctor as SAC's guard: it refuses exactly the non-finite steps."""
+
+    def __init__(self, doctor):
+        """:param doctor: a :class:`~async_rl_ros.core.learning.doctor.Doctor`."""
+        self.doctor = doctor
+
+    def __call__(self, losses: Mapping[str, torch.Tensor], parameters: Sequence[torch.Tensor],
+                 grad_norm: torch.Tensor) -> bool:
+        """Judge a step with ``Doctor.step_ok`` (a refusal is counted and acted on)."""
+        return self.doctor.step_ok(losses, parameters, grad_norm)
+
+    def passed(self) -> None:
+        """Record an update a CUDA graph found finite."""
+        self.doctor.step_passed()
 
 
 def fused_adam(parameters: Sequence[torch.Tensor], lr: float,
