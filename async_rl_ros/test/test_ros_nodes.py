@@ -314,6 +314,15 @@ def test_the_learner_relabels_and_evaluates_with_the_workers_task_options(contex
         learner.destroy_node()
 
 
+def _learned(node: LearnerNode) -> None:
+    """Make one update: the end of a run that learned nothing is not evaluated."""
+    from conftest import transitions
+
+    node.learner.ingest(transitions(300, np.random.default_rng(0), obs_dim=node.obs_dim,
+                                    act_dim=node.act_dim))
+    node.learner.train_step()
+
+
 def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
         context, tmp_path):
     """At the budget's end the ROS learner ends a run as the local runner does."""
@@ -324,6 +333,7 @@ def test_learner_budget_end_scores_the_last_policy_and_judges_the_exported_one(
         Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16])])
     try:
         assert learner.evaluator is not None and learner.evaluator.process.is_alive()
+        _learned(learner)
         learner.save(evaluate=True)
     finally:
         learner.close()
@@ -349,6 +359,7 @@ def test_a_shutdown_during_the_final_evaluation_cuts_it_short(context, tmp_path)
         Parameter('sac.device', value='cpu'), Parameter('sac.hidden_sizes', value=[16, 16])])
     finish = threading.Thread(target=learner.save, kwargs={'evaluate': True})
     try:
+        _learned(learner)
         finish.start()
         deadline = time.monotonic() + 120
         while not list(tmp_path.rglob('ckpt_*.pt')):  # written before the evaluation
