@@ -27,12 +27,19 @@ Usage: ``python bench/arm_time.py [--quick] [--task NAME] [--threshold F] [--bud
 the last line is JSON (``arm_minutes`` to the threshold, ``null`` where it was not reached;
 ``arm_minutes_run``, how much arm time the run had). SIGINT or SIGTERM (a session that ends)
 stops the run where it is and still prints the summary, with ``stopped_by`` naming the signal.
+
+A push run takes longer than a session: the run keeps checkpoints with its replay buffer
+(every ``checkpoint.interval_steps`` updates, and at a stop signal) in ``--keep``, and the same
+command goes on from the newest one, with the evaluations before it (``resumed_from``; the
+wall clock to the threshold is then not reported: the arm time is).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+from pathlib import Path
 import time
 
 
@@ -50,6 +57,10 @@ def main() -> None:
     parser.add_argument('--threshold', type=float, default=0.95,
                         help='success rate that counts as reliable (0.9 for the cube tasks)')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--keep', default=None,
+                        help='folder of the checkpoints of the run, resumed from by the same '
+                        'command (default: /tmp/async_rl_bench/arm_time_<task>_seed<S>_'
+                        '<settings>, none with --quick; "" keeps nothing)')
     args = parser.parse_args()
     if args.quick:
         args.budget_min, args.episodes = 2.0, 10
@@ -74,15 +85,22 @@ def main() -> None:
     hz = env_cfg.task.control_hz
     budget_steps = int(args.budget_min * 60 * hz)
     learner = {'total_env_steps': budget_steps, 'eval_every': args.eval_every,
-               'eval_episodes': args.episodes, 'seed': args.seed,
-               'checkpoint.directory': '/tmp/async_rl_bench_arm_time'}
+               'eval_episodes': args.episodes, 'seed': args.seed}
     loaded = load_sections(path, {'env_worker': overrides, 'learner': learner,
                                   'local_runner': {'mode': 'async', 'num_workers': 1}},
                            ('learner', 'local_runner'))  # over the task's own defaults
     cfg, rcfg = loaded['learner'], loaded['local_runner']
-    run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger())
+    keep = args.keep if args.keep is not None else (
+        '' if args.quick else _default_keep(env_cfg, cfg, args.seed))  # a smoke run: afresh
+    cfg = cfg.replace(**{'checkpoint.directory': keep or '/tmp/async_rl_bench_arm_time',
+                         'checkpoint.save_replay_buffer': bool(keep)})
+    resume = bool(keep) and any(Path(keep).glob('ckpt_*.pt'))
+    run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger(), resume=resume)
     print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
           f'shipped defaults (max {cfg.max_updates_per_step:g} updates per transition)')
+    if run.resumed is not None:
+        print(f'resumed from {run.resumed.path} at {run.learner.env_steps} env steps; '
+              f'{run.record_note}', flush=True)
     print(f'{"env steps":>10}{"arm min":>9}{"success":>9}', flush=True)
     start = time.perf_counter()
     reached: dict[str, float] = {}
@@ -101,6 +119,8 @@ def main() -> None:
 
     try:
         run.run(should_stop=lambda: stop() or signalled())
+        if keep and signalled.signum is not None:
+            run.loop.save_checkpoint()  # a stopped session loses nothing of the run
     finally:
         run.close()
         signalled.uninstall()
@@ -109,8 +129,9 @@ def main() -> None:
     updates0, steps0 = learner.ready_at or (learner.updates, learner.env_steps)
     ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
     minutes = reached['env_steps'] / hz / 60 if reached else None
-    # wall clock until the evaluator had scored that snapshot (its lag behind the arm included)
-    wall = reached['wall_s'] / 60 if reached else None
+    # wall clock until the evaluator had scored that snapshot (its lag behind the arm included;
+    # unknown for a snapshot scored before a resume)
+    wall = reached['wall_s'] / 60 if reached and run.resumed is None else None
     print(f'arm time to {100 * args.threshold:.0f} %: '
           f'{"not reached" if minutes is None else f"{minutes:.1f} min"}'
           f'{"" if wall is None else f" (known after {wall:.1f} min of wall clock)"}; '
@@ -121,9 +142,19 @@ def main() -> None:
                       'arm_minutes_run': round(learner.env_steps / hz / 60, 2),
                       'updates_per_transition': round(ratio, 3),
                       'env_steps': learner.env_steps, 'updates': learner.updates,
-                      'stopped_by': signalled.signal_name}))
+                      'stopped_by': signalled.signal_name,
+                      'resumed_from': run.resumed.state['counters']['env_steps']
+                      if run.resumed is not None else None}))
     if signalled.signum is not None:
         raise SystemExit(signalled.exit_code())
+
+
+def _default_keep(env_cfg, cfg, seed: int) -> str:
+    """Return the run's checkpoint folder: one per task, seed and settings (budget included)."""
+    flat = [env_cfg.to_flat(), cfg.to_flat()]
+    digest = hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
+    slug = ''.join(c if c.isalnum() or c in '-_' else '_' for c in env_cfg.task.name)
+    return f'/tmp/async_rl_bench/arm_time_{slug}_seed{seed}_{digest[:12]}'
 
 
 if __name__ == '__main__':

@@ -231,15 +231,15 @@ def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatc
     assert bench._job_key(job, 500)['settings'] != shipped['settings']
 
 
-def test_a_stopped_arm_time_run_still_reports_what_it_measured():
-    # A session that ends sends SIGTERM: the arm time run so far is still a figure.
-    proc = subprocess.Popen([sys.executable, str(BENCH / 'arm_time.py'), '--quick'],
+def _arm_time_until(line_start: str, *args: str) -> list[str]:
+    """Run arm_time.py --quick until a line starts with ``line_start``, then send SIGTERM."""
+    proc = subprocess.Popen([sys.executable, str(BENCH / 'arm_time.py'), '--quick', *args],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         lines = []
-        for line in proc.stdout:  # the column header: the worker and the learner are running
+        for line in proc.stdout:
             lines.append(line)
-            if 'env steps' in line:
+            if line.startswith(line_start):
                 break
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=600)  # a hang guard, not a figure
@@ -247,11 +247,22 @@ def test_a_stopped_arm_time_run_still_reports_what_it_measured():
         proc.kill()
     lines += out.splitlines()
     assert proc.returncode == 128 + signal.SIGTERM, lines
+    return lines
+
+
+def test_a_stopped_arm_time_run_still_reports_what_it_measured_and_goes_on(tmp_path):
+    # A session that ends sends SIGTERM: the arm time run so far is still a figure...
+    keep = tmp_path / 'keep'
+    lines = _arm_time_until(f'{"env steps":>10}', '--keep', str(keep))  # the column header
     assert any(line.startswith('SIGTERM: the run stops here') for line in lines), lines
     summary = json.loads(lines[-1])
-    assert summary['stopped_by'] == 'SIGTERM'
+    assert summary['stopped_by'] == 'SIGTERM' and summary['resumed_from'] is None
     assert summary['arm_minutes'] is None and summary['arm_minutes_run'] >= 0
     assert summary['task'] == 'reach' and summary['env_steps'] >= 0
+    # ... and the same command goes on from where it stopped, replay buffer and all.
+    lines = _arm_time_until('resumed from ', '--keep', str(keep))
+    assert any(line.startswith('resumed from ') for line in lines), lines
+    assert json.loads(lines[-1])['resumed_from'] == summary['env_steps']
 
 
 def test_time_to_success_drives_the_local_runner():
