@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 
 from async_rl_ros.core.config import ConfigError
+import psutil
 
 __all__ = ['CHILD_MEMORY_BYTES', 'check_memory', 'default_num_workers']
 
@@ -51,7 +52,6 @@ def check_memory(num_workers: int, others: int, key: str, given: int,
     :raises ConfigError: naming ``key`` and how many fit.
     """
     if available is None:
-        import psutil
         available = psutil.virtual_memory().available
     fit = max(available // CHILD_MEMORY_BYTES - others, 1)
     if num_workers > fit:
@@ -63,9 +63,5 @@ def check_memory(num_workers: int, others: int, key: str, given: int,
 
 def default_num_workers() -> int:
     """Return physical cores - 1 (at least 1): one core stays with the learner."""
-    try:
-        import psutil
-        cores = psutil.cpu_count(logical=False) or os.cpu_count() or 2
-    except ImportError:
-        cores = os.cpu_count() or 2
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 2
     return max(1, cores - 1)
