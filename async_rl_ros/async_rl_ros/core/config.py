@@ -31,11 +31,12 @@ from typing import Any, Mapping
 from async_rl_ros.core import param_file
 from async_rl_ros.core.options import ConfigError, option, OptionInfo, Section
 from async_rl_ros.core.param_file import load_yaml_parameters, parameters_markdown
+from async_rl_ros.core.sections.doctor import DoctorConfig
 from async_rl_ros.core.sections.env import (CellConfig, EnvWorkerConfig, ManipulationConfig,
                                             RTDEConfig, SafetyConfig, SimConfig, TaskConfig)
 from async_rl_ros.core.sections.learning import (BatchSizerConfig, CheckpointConfig,
-                                                 DoctorConfig, HindsightConfig, LearnerConfig,
-                                                 ReplayConfig, SACConfig)
+                                                 HindsightConfig, LearnerConfig, ReplayConfig,
+                                                 SACConfig)
 from async_rl_ros.core.sections.transport import (CodecConfig, LocalRunnerConfig,
                                                   ParameterServerConfig, RosTransportConfig)
 
