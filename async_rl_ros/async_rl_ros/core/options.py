@@ -72,6 +72,8 @@ class OptionInfo:
     choices: tuple[Any, ...] | None = None
     length: int | None = None
     read_only: bool = False
+    #: ``(test, words)``: a value passes when ``test(value)`` is true; ``words`` say which do
+    rule: tuple[typing.Callable[[Any], bool], str] | None = None
 
     def allowed(self) -> str:
         """Describe the allowed values in words, for error messages and parameter docs."""
@@ -84,6 +86,8 @@ class OptionInfo:
             parts.append('<= ' + _number(self.high))
         if self.length is not None:
             parts.append(f'exactly {self.length} numbers')
+        if self.rule is not None:
+            parts.append(self.rule[1])
         return ' and '.join(parts) if parts else 'any value of the declared type'
 
 
@@ -94,7 +98,8 @@ def _number(x: float) -> str:
 def option(default: Any, doc: str, *, unit: str = '', low: float | None = None,
            high: float | None = None, low_open: bool = False,
            choices: typing.Sequence[Any] | None = None, length: int | None = None,
-           read_only: bool = False) -> Any:
+           read_only: bool = False,
+           rule: tuple[typing.Callable[[Any], bool], str] | None = None) -> Any:
     """
     Declare a configuration field.
 
@@ -107,10 +112,12 @@ def option(default: Any, doc: str, *, unit: str = '', low: float | None = None,
     :param choices: the closed set of allowed values.
     :param length: required length of a list value.
     :param read_only: structural setting that cannot change once a node runs.
+    :param rule: ``(test, words)`` for values no range or set describes (an address): a value
+        is allowed when ``test(value)`` is true, and ``words`` say what is allowed.
     """
     info = OptionInfo(doc=doc, unit=unit, low=low, high=high, low_open=low_open,
                       choices=tuple(choices) if choices is not None else None,
-                      length=length, read_only=read_only)
+                      length=length, read_only=read_only, rule=rule)
     if isinstance(default, list):
         frozen = list(default)
         return dataclasses.field(default_factory=lambda: list(frozen),
@@ -236,6 +243,8 @@ class Section:
                 raise ConfigError(key, value, info.allowed(), source)
             for item in items:
                 if info.choices is not None and item not in info.choices:
+                    raise ConfigError(key, value, info.allowed(), source)
+                if info.rule is not None and not info.rule[0](item):
                     raise ConfigError(key, value, info.allowed(), source)
                 if isinstance(item, (int, float)) and not isinstance(item, bool):
                     bad_low = info.low is not None and (

@@ -249,12 +249,29 @@ class SimConfig(Section):
                                     high=1.0)
 
 
+_HOST_LABEL = re.compile(r'^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$')
+
+
+def _is_address(text: str) -> bool:
+    """Tell whether ``text`` is an IP address or a host name (RFC 1123 labels)."""
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    labels = text.rstrip('.').split('.')
+    # All-numeric dotted text is a malformed IPv4 address (999.1.1.1), not a host name.
+    return (0 < len(text) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
+            and not all(label.isdigit() for label in labels))
+
+
 @dataclasses.dataclass
 class RTDEConfig(Section):
     """The physical UR5 through ur_rtde, and the safety supervisor around it (backend ur5)."""
 
     robot_ip: str = option('192.168.1.102', 'IP address (or host name) of the UR controller.',
-                           read_only=True)
+                           read_only=True, rule=(_is_address, 'an IPv4 or IPv6 address such as '
+                                                 '192.168.1.102, or a host name'))
     frequency: float = option(500.0, 'RTDE rate of the controller: 500 for e-Series, 125 for '
                               'CB3 (a CB3 cannot run at 500).', unit='Hz',
                               choices=(125.0, 500.0), read_only=True)
@@ -310,29 +327,10 @@ class RTDEConfig(Section):
                                         read_only=True)
 
     def check(self, source: str | None, prefix: str) -> None:
-        """Check the controller's address and that the reconnection backoff is ordered."""
-        if not _is_address(self.robot_ip):
-            raise ConfigError(prefix + 'robot_ip', self.robot_ip, 'an IPv4 or IPv6 address '
-                              'such as 192.168.1.102, or a host name', source)
+        """Check that the reconnection backoff is ordered."""
         if self.reconnect_initial_s > self.reconnect_max_s:
             raise ConfigError(prefix + 'reconnect_initial_s', self.reconnect_initial_s,
                               f'<= reconnect_max_s = {self.reconnect_max_s:g}', source)
-
-
-_HOST_LABEL = re.compile(r'^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$')
-
-
-def _is_address(text: str) -> bool:
-    """Tell whether ``text`` is an IP address or a host name (RFC 1123 labels)."""
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        pass
-    labels = text.rstrip('.').split('.')
-    # All-numeric dotted text is a malformed IPv4 address (999.1.1.1), not a host name.
-    return (0 < len(text) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
-            and not all(label.isdigit() for label in labels))
 
 
 @dataclasses.dataclass
