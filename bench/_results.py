@@ -34,11 +34,11 @@ from typing import Any, Callable
 __all__ = ['default_path', 'find', 'load', 'save', 'settings_digest', 'unfinished_folder']
 
 
-def default_path(bench: str, task: str, quick: bool) -> str:
-    """Return ``/tmp/async_rl_bench/<bench>_<task>[_quick].jsonl``."""
+def default_path(bench: str, task: str, quick: bool, suffix: str = '.jsonl') -> str:
+    """Return ``/tmp/async_rl_bench/<bench>_<task>[_quick]<suffix>``."""
     slug = ''.join(c if c.isalnum() or c in '-_' else '_' for c in task)
     return os.path.join('/tmp', 'async_rl_bench', f'{bench}_{slug}{"_quick" if quick else ""}'
-                        '.jsonl')
+                        f'{suffix}')
 
 
 def settings_digest(*sections: Any) -> str:

@@ -37,10 +37,11 @@ wall clock to the threshold is then not reported: the arm time is).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from pathlib import Path
 import time
+
+import _results  # beside this script (bench/ is on sys.path)
 
 
 def main() -> None:
@@ -151,10 +152,9 @@ def main() -> None:
 
 def _default_keep(env_cfg, cfg, seed: int) -> str:
     """Return the run's checkpoint folder: one per task, seed and settings (budget included)."""
-    flat = [env_cfg.to_flat(), cfg.to_flat()]
-    digest = hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
-    slug = ''.join(c if c.isalnum() or c in '-_' else '_' for c in env_cfg.task.name)
-    return f'/tmp/async_rl_bench/arm_time_{slug}_seed{seed}_{digest[:12]}'
+    digest = _results.settings_digest(env_cfg, cfg)
+    return _results.default_path('arm_time', env_cfg.task.name, False,
+                                 suffix=f'_seed{seed}_{digest}')
 
 
 if __name__ == '__main__':

@@ -260,7 +260,7 @@ def _job(job: tuple, device: str = 'cpu', results: str = '', eval_every: int = 0
          ) -> tuple[tuple, dict]:
     """Run one job, resuming it from its unfinished folder beside ``results`` if it has one."""
     impl, seed, steps, marks, task = job
-    keep = _results.unfinished_folder(results, _job_key(job, eval_every))
+    keep = _keep(job, results, eval_every)
     if impl == 'ours':
         result = run_ours(seed, steps, marks, task, keep)
     else:
@@ -326,8 +326,9 @@ def _settings(task: str, learner: bool) -> str:
     return _results.settings_digest(env_cfg, cfg if learner else None)
 
 
-def _unfinished(args, job: tuple) -> Unfinished:
-    return Unfinished(_results.unfinished_folder(args.results, _job_key(job, args.eval_every)))
+def _keep(job: tuple, results: str, eval_every: int) -> str | None:
+    """Return the folder that keeps ``job`` while it is unfinished (``None``: no results file)."""
+    return _results.unfinished_folder(results, _job_key(job, eval_every))
 
 
 def _decode(result: dict) -> dict:
@@ -478,13 +479,13 @@ def main() -> None:
     if todo:
         if args.fresh:  # and nothing resumed either
             for job in todo:
-                _unfinished(args, job).clear()
+                Unfinished(_keep(job, args.results, args.eval_every)).clear()
         with mp.get_context('spawn').Pool(min(args.jobs, len(todo))) as pool:
             run = functools.partial(_job, device=args.baseline_device, results=args.results,
                                     eval_every=args.eval_every)
             for job, r in pool.imap_unordered(run, todo, chunksize=1):  # saved as they end
                 _results.save(args.results, _job_key(job, args.eval_every), r)
-                _unfinished(args, job).clear()
+                Unfinished(_keep(job, args.results, args.eval_every)).clear()
                 results.append(r)
                 print(f'[{len(results)}/{len(jobs)}] {r["impl"]} seed {r["seed"]}: to 90 % '
                       f'{r["steps_to_90"]}, to 95 % {r["steps_to_95"]}, stays >= 90 %: '

@@ -338,15 +338,14 @@ def _launch_setup(context) -> list:
     secure = _security(context)
     entities: list = []
     if 'workers' in role:
-        if robot == 'ur5':
-            fleet = ['ur5'] + ['sim'] * _count(context, 'num_sim_workers')
-        else:
-            fleet = ['sim'] * _count(context, 'num_workers')
+        counted = 'num_sim_workers' if robot == 'ur5' else 'num_workers'
+        sims = _count(context, counted)
+        arm = ['ur5'] if robot == 'ur5' else []
+        fleet = arm + ['sim'] * sims
         if not fleet:
             raise ConfigError('num_workers', 0, 'at least one worker')
-        counted, arm = ('num_sim_workers', 1) if robot == 'ur5' else ('num_workers', 0)
         with_learner = 1 + transport.parameter_server.num_shards if 'learner' in role else 0
-        check_memory(len(fleet) - arm, arm + with_learner, counted, _count(context, counted))
+        check_memory(sims, len(arm) + with_learner, counted, sims)
         first = _count(context, 'first_worker_id')
         for worker_id, backend in enumerate(fleet, start=first):
             overrides = {'backend': backend, **task_override}

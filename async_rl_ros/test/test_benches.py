@@ -67,18 +67,19 @@ class _Stop(Exception):
     """Stands in for the end of a session, in the middle of a run."""
 
 
-def _stop_at(bench, monkeypatch, mark: int, seen: list) -> None:
-    """Have the bench stop after it says ``mark`` (the marks before it are kept)."""
-    say = getattr(bench._progress, 'said', bench._progress)
+def _watch_marks(bench, monkeypatch) -> tuple[list, dict]:
+    """Record the marks the bench says; it stops after the one ``stop['at']`` names."""
+    seen, stop = [], {'at': None}
+    say = bench._progress
 
     def progress(impl, seed, at, *rates):
         say(impl, seed, at, *rates)
         seen.append(at)
-        if at == mark:
+        if at == stop['at']:
             raise _Stop
 
-    progress.said = say
     monkeypatch.setattr(bench, '_progress', progress)
+    return seen, stop
 
 
 def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys):
@@ -87,8 +88,8 @@ def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys)
 
     bench = _load('sample_efficiency')
     keep = tmp_path / 'unfinished'
-    seen = []
-    _stop_at(bench, monkeypatch, 120, seen)
+    seen, stop = _watch_marks(bench, monkeypatch)
+    stop['at'] = 120
     with pytest.raises(_Stop):
         bench.run_ours(0, 180, [60, 120, 180], keep=str(keep))
     assert [p.name for p in keep.iterdir()] == ['mark_000000000060']  # 120 was not kept
@@ -102,7 +103,7 @@ def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys)
 
     monkeypatch.setattr(single_process, 'single_process_loop', loop)
     seen.clear()
-    _stop_at(bench, monkeypatch, None, seen)  # the next session runs it to the end
+    stop['at'] = None  # the next session runs it to the end
     result = bench.run_ours(0, 180, [60, 120, 180], keep=str(keep))
     assert started == [(60, started[0][1])] and started[0][1] >= 60  # learner and its data
     assert seen == [120, 180] and result['resumed_at'] == [60]
@@ -115,8 +116,9 @@ def test_a_stopped_baseline_goes_on_from_its_last_mark(monkeypatch, tmp_path):
     pytest.importorskip('stable_baselines3')
     bench = _load('sample_efficiency')
     keep = tmp_path / 'unfinished'
-    seen, loaded = [], []
-    _stop_at(bench, monkeypatch, 100, seen)
+    loaded = []
+    seen, stop = _watch_marks(bench, monkeypatch)
+    stop['at'] = 100
     with pytest.raises(_Stop):
         bench.run_baseline('sac_her', 0, 150, [50, 100, 150], keep=str(keep))
     load = bench.load_baseline
@@ -127,7 +129,7 @@ def test_a_stopped_baseline_goes_on_from_its_last_mark(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bench, 'load_baseline', spy)
     seen.clear()
-    _stop_at(bench, monkeypatch, None, seen)
+    stop['at'] = None
     result = bench.run_baseline('sac_her', 0, 150, [50, 100, 150], keep=str(keep))
     assert seen == [100, 150] and result['resumed_at'] == [50]
     assert loaded[0].num_timesteps == 150  # went on from 50, not from 0
