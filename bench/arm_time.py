@@ -23,10 +23,14 @@ The evaluator process scores a snapshot every ``--eval-every`` env steps on fixe
 result is the arm time (env steps / control rate) of the first snapshot at the threshold, and
 the update-to-data ratio the learner sustained.
 
-Usage: ``python bench/arm_time.py [--quick] [--task NAME] [--threshold F] [--budget-min M]``;
-the last line is JSON (``arm_minutes`` to the threshold, ``null`` where it was not reached;
-``arm_minutes_run``, how much arm time the run had). SIGINT or SIGTERM (a session that ends)
-stops the run where it is and still prints the summary, with ``stopped_by`` naming the signal.
+Usage: ``python bench/arm_time.py [--quick] [--task NAME] [--threshold F] [--budget-min M]
+[--set KEY=VALUE ...]``; ``--set`` changes one setting of the shipped configuration, as
+``async-rl-train --set`` does (not the ones the bench fixes itself: the pace, one async
+worker, the seeds, the budget and the evaluations), and the JSON lists them under
+``settings``. The last line is JSON (``arm_minutes`` to the threshold, ``null`` where it was
+not reached; ``arm_minutes_run``, how much arm time the run had). SIGINT or SIGTERM (a session
+that ends) stops the run where it is and still prints the summary, with ``stopped_by`` naming
+the signal.
 
 A push run takes longer than a session: the run keeps checkpoints with its replay buffer
 (every ``checkpoint.interval_steps`` updates, and at a stop signal) in ``--keep``, and the same
@@ -39,7 +43,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+import sys
 import time
+from typing import Any
 
 import _results  # beside this script (bench/ is on sys.path)
 
@@ -58,6 +64,10 @@ def main() -> None:
     parser.add_argument('--threshold', type=float, default=0.95,
                         help='success rate that counts as reliable (0.9 for the cube tasks)')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--set', dest='overrides', action='append', default=[],
+                        metavar='KEY=VALUE', help='one setting other than the shipped one, as '
+                        'async-rl-train --set takes it (repeatable), e.g. --set '
+                        'learner.max_updates_per_step=1')
     parser.add_argument('--keep', default=None,
                         help='folder of the checkpoints of the run, resumed from by the same '
                         'command (default: /tmp/async_rl_bench/arm_time_<task>_seed<S>_'
@@ -66,9 +76,8 @@ def main() -> None:
     if args.quick:
         args.budget_min, args.episodes = 2.0, 10
 
+    from async_rl_ros.core.config import ConfigError
     from async_rl_ros.core.learning.metrics import MetricsLogger
-    from async_rl_ros.envs.tasks import load_sections
-    from async_rl_ros.local.cli import default_config_path
     from async_rl_ros.local.lifecycle import StopRequest
     from async_rl_ros.local.train import LocalRun
 
@@ -78,27 +87,22 @@ def main() -> None:
     signalled = StopRequest(notify=notice)
     signalled.install()  # before the processes start: a signal at any point ends in a summary
 
-    overrides = {'sim.real_time': True, 'seed': args.seed}
-    if args.task:
-        overrides['task.name'] = args.task
-    path = default_config_path()
-    env_cfg = load_sections(path, {'env_worker': overrides}, ('env_worker',))['env_worker']
+    try:
+        given, env_cfg, cfg, rcfg = _configure(args)
+    except ConfigError as exc:  # a bad --set: one line naming it, exit 2
+        print(f'arm_time.py: {exc}', file=sys.stderr)
+        raise SystemExit(2) from None
     hz = env_cfg.task.control_hz
-    budget_steps = int(args.budget_min * 60 * hz)
-    learner = {'total_env_steps': budget_steps, 'eval_every': args.eval_every,
-               'eval_episodes': args.episodes, 'seed': args.seed}
-    loaded = load_sections(path, {'env_worker': overrides, 'learner': learner,
-                                  'local_runner': {'mode': 'async', 'num_workers': 1}},
-                           ('learner', 'local_runner'))  # over the task's own defaults
-    cfg, rcfg = loaded['learner'], loaded['local_runner']
     keep = args.keep if args.keep is not None else (
         '' if args.quick else _default_keep(env_cfg, cfg, args.seed))  # a smoke run: afresh
     cfg = cfg.replace(**{'checkpoint.directory': keep or '/tmp/async_rl_bench_arm_time',
                          'checkpoint.save_replay_buffer': bool(keep)})
     resume = bool(keep) and any(Path(keep).glob('ckpt_*.pt'))
     run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger(), resume=resume)
+    changed = ', '.join(f'{key}={value}' for key, value in given.items())
     print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
-          f'shipped defaults (max {cfg.max_updates_per_step:g} updates per transition)')
+          f'shipped defaults{f" and {changed}" if changed else ""} '
+          f'(max {cfg.max_updates_per_step:g} updates per transition)')
     if run.resumed is not None:
         print(f'resumed from {run.resumed.path} at {run.learner.env_steps} env steps; '
               f'{run.record_note}', flush=True)
@@ -143,11 +147,52 @@ def main() -> None:
                       'arm_minutes_run': round(learner.env_steps / hz / 60, 2),
                       'updates_per_transition': round(ratio, 3),
                       'env_steps': learner.env_steps, 'updates': learner.updates,
+                      'settings': given,
                       'stopped_by': signalled.signal_name,
                       'resumed_from': run.resumed.state['counters']['env_steps']
                       if run.resumed is not None else None}))
     if signalled.signum is not None:
         raise SystemExit(signalled.exit_code())
+
+
+#: What the bench sets itself: a ``--set`` of these is refused, not silently overridden.
+_FIXED = {'env_worker': ('sim.real_time', 'seed', 'task.name'),
+          'learner': ('total_env_steps', 'eval_every', 'eval_episodes', 'seed'),
+          'local_runner': ('mode', 'num_workers')}
+_FLAGS = '--task, --seed, --budget-min, --eval-every, --episodes'
+
+
+def _configure(args: argparse.Namespace) -> tuple[dict, Any, Any, Any]:
+    """
+    Return the ``--set`` settings (flat, by node) and the env, learner and runner sections.
+
+    :raises ConfigError: a bad ``--set``, or one of a setting the bench fixes itself.
+    """
+    from async_rl_ros.core.config import ConfigError
+    from async_rl_ros.envs.tasks import load_sections
+    from async_rl_ros.local.cli import default_config_path, parse_overrides, split_overrides
+
+    nodes = split_overrides(parse_overrides(args.overrides))
+    for node, keys in _FIXED.items():
+        for key in keys:
+            if key in nodes[node]:
+                raise ConfigError('--set', f'{node}.{key}', f'a key the bench does not set '
+                                  f'itself: the pace and one async worker are the bench, '
+                                  f'{_FLAGS} set the rest')
+    env = {**nodes['env_worker'], 'sim.real_time': True, 'seed': args.seed}
+    if args.task:
+        env['task.name'] = args.task
+    path = default_config_path()
+    env_cfg = load_sections(path, {'env_worker': env}, ('env_worker',))['env_worker']
+    budget_steps = int(args.budget_min * 60 * env_cfg.task.control_hz)
+    learner = {**nodes['learner'], 'total_env_steps': budget_steps,
+               'eval_every': args.eval_every, 'eval_episodes': args.episodes, 'seed': args.seed}
+    runner = {**nodes['local_runner'], 'mode': 'async', 'num_workers': 1}
+    loaded = load_sections(path, {'env_worker': env, 'learner': learner, 'local_runner': runner},
+                           ('learner', 'local_runner'))  # over the task's own defaults
+    given = {f'{node}.{key}': value for node, values in nodes.items()
+             for key, value in values.items()}
+    return given, env_cfg, loaded['learner'], loaded['local_runner']
 
 
 def _default_keep(env_cfg, cfg, seed: int) -> str:

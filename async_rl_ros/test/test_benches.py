@@ -267,6 +267,25 @@ def test_a_stopped_arm_time_run_still_reports_what_it_measured_and_goes_on(tmp_p
     assert json.loads(lines[-1])['resumed_from'] == summary['env_steps']
 
 
+def test_arm_time_trains_with_a_set_and_refuses_what_the_bench_fixes():
+    # A --set reaches the configuration the run is built from, and the JSON names it...
+    lines = _arm_time_until('reach: one simulated UR5', '--set',
+                            'learner.max_updates_per_step=3')
+    banner = next(line for line in lines if line.startswith('reach: one simulated UR5'))
+    assert banner.rstrip().endswith(
+        'shipped defaults and learner.max_updates_per_step=3 (max 3 updates per transition)')
+    assert json.loads(lines[-1])['settings'] == {'learner.max_updates_per_step': 3}
+    # ... while a key the bench sets itself is refused in one line, before anything starts,
+    # rather than quietly overridden.
+    for key in ('learner.seed=3', 'env_worker.sim.real_time=false', 'local_runner.num_workers=2'):
+        proc = subprocess.run([sys.executable, str(BENCH / 'arm_time.py'), '--quick', '--set',
+                               key], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and proc.stdout == '', proc
+        assert proc.stderr.startswith(f"arm_time.py: --set = '{key.partition('=')[0]}' is not "
+                                      'allowed (a key the bench does not set itself'), proc
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 def test_time_to_success_drives_the_local_runner():
     bench = _load('time_to_success')
     snapshots, rates = bench.run_runner('async', 1, budget_s=3.0, snapshot_s=1.0)
