@@ -188,6 +188,10 @@ def test_command_line_overrides_are_yaml_values():
     (['--config', '/nonexistent/params.yaml'], 'No such file'),
     (['--episodes', '0'], '--episodes'),
     (['--set', 'learner=3'], "--set = 'learner=3' is not allowed (a key inside the node"),
+    # a node the command never reads: refused, not accepted and ignored
+    (['--set', 'ros_transport.metrics_hz=-7'], "--set = 'ros_transport.metrics_hz=-7' is not "
+     'allowed (a key of env_worker, learner, local_runner; this command reads no ros_transport '
+     'section)'),
 ])
 def test_cli_config_errors_exit_2_without_traceback(args, needle):
     result = subprocess.run([sys.executable, '-m', 'async_rl_ros.local.cli', *args],

@@ -146,16 +146,27 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
     return rows
 
 
-def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+#: The node sections a run without ROS reads (``ros_transport`` is the ROS 2 nodes' alone).
+LOCAL_NODES = ('env_worker', 'learner', 'local_runner')
+
+
+def split_overrides(overrides: dict[str, Any],
+                    read: tuple[str, ...] = LOCAL_NODES) -> dict[str, dict[str, Any]]:
     """
     Route ``--set`` keys to their node: ``learner.sac.gamma``, ``env_worker.task.control_hz``.
 
     A key without a node prefix goes to the node that declares it (``env_worker`` first).
+
+    :param read: the nodes the command reads; a key of another node is refused, not ignored.
+    :raises ConfigError: a node without a key, or a key of a node the command does not read.
     """
-    nodes: dict[str, dict[str, Any]] = {node: {} for node in NODE_SECTIONS}
+    nodes: dict[str, dict[str, Any]] = {node: {} for node in read}
     known = {node: {name for name, *_ in NODE_SECTIONS[node].options()} for node in nodes}
     for key, value in overrides.items():
         node, _, rest = key.partition('.')
+        if node in NODE_SECTIONS and node not in nodes:
+            raise ConfigError('--set', f'{key}={value}', f'a key of {", ".join(read)}; this '
+                              f'command reads no {node} section')
         if node in nodes and not rest:
             example = min(known[node], key=len)
             raise ConfigError('--set', f'{key}={value}', f'a key inside the node, e.g. '
@@ -232,7 +243,7 @@ def _load(args: argparse.Namespace
     if args.task is not None:
         overrides['env_worker']['task.name'] = args.task
     from async_rl_ros.envs.tasks import load_sections
-    nodes = ('env_worker', 'learner', 'local_runner')
+    nodes = LOCAL_NODES
     loaded = load_sections(path, overrides, nodes)
     if args.resume is not None and args.config is None:
         # The run's own configuration, under the options given now (--steps, --set ...).
