@@ -166,7 +166,7 @@ def _configure(args: argparse.Namespace) -> tuple[dict, Any, Any, Any]:
     """
     Return the ``--set`` settings (flat, by node) and the env, learner and runner sections.
 
-    :raises ConfigError: a bad ``--set``, or one of a setting the bench fixes itself.
+    :raises ConfigError: a bad ``--set``, or one of a key the bench sets itself.
     """
     from async_rl_ros.core.config import ConfigError
     from async_rl_ros.envs.tasks import load_sections
