@@ -19,6 +19,7 @@ DDS stays on this machine: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (Jazzy),
 ``ROS_LOCALHOST_ONLY=1`` (Humble) and a domain id of its own.
 """
 
+import array
 import ast
 import json
 import os
@@ -53,6 +54,7 @@ from rcl_interfaces.msg import ParameterType  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 PERSPECTIVE = pathlib.Path(__file__).resolve().parents[1] / 'config' / 'async_rl.perspective'
 
@@ -312,6 +314,36 @@ def test_the_learner_relabels_and_evaluates_with_the_workers_task_options(contex
     finally:
         learner.close()
         learner.destroy_node()
+
+
+def _values(node) -> dict:
+    """Return a node's parameters by name, arrays as lists."""
+    return {name: list(p.value) if isinstance(p.value, (list, tuple, array.array)) else p.value
+            for name, p in node.get_parameters_by_prefix('').items()}
+
+
+def test_the_learner_records_its_parameters_and_a_learner_started_with_them_has_them(
+        context, tmp_path):
+    """``<run>/learner_parameters.yaml`` is the launch's parameters, ``--params-file`` ready."""
+    first = LearnerNode(parameter_overrides=[
+        Parameter('log_dir', value=str(tmp_path)), Parameter('sac.device', value='cpu'),
+        Parameter('sac.hidden_sizes', value=[16, 16]), Parameter('task.name', value='push'),
+        Parameter('manipulation.reward', value='shaped'), Parameter('eval_every', value=0)])
+    try:
+        path = first.run_folder.path / 'learner_parameters.yaml'
+        given = _values(first)
+    finally:
+        first.close()
+        first.destroy_node()
+    record = yaml.safe_load(path.read_text(encoding='utf-8'))['learner']['ros__parameters']
+    assert record['sac']['hidden_sizes'] == [16, 16] and record['task']['name'] == 'push'
+    assert 'resume' not in record  # an action of that start, not a setting
+    second = LearnerNode(cli_args=['--ros-args', '--params-file', str(path)])
+    try:
+        assert _values(second) == given and second.spec.name == 'push'
+    finally:
+        second.close()
+        second.destroy_node()
 
 
 def _learned(node: LearnerNode) -> None:

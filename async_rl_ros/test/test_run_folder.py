@@ -14,6 +14,7 @@
 
 """Every run has its own locked folder; resuming continues the right one; nothing is lost."""
 
+import array
 import hashlib
 import json
 import os
@@ -23,10 +24,11 @@ import sys
 
 from async_rl_ros.core.config import EnvWorkerConfig, LearnerConfig, LocalRunnerConfig
 from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
-from async_rl_ros.core.learning.run_folder import (CONFIG, find_run, LATEST, open_run, RunFolder,
-                                                   RunFolderError)
+from async_rl_ros.core.learning.run_folder import (CONFIG, find_run, LATEST, open_run,
+                                                   PARAMETERS, RunFolder, RunFolderError)
 from async_rl_ros.core.param_file import load_node_config
 import pytest
+import yaml
 
 TINY = ['--mode', 'single', '--episodes', '2', '--set', 'learner.sac.hidden_sizes=[32, 32]',
         '--set', 'learner.batch.initial_batch=64', '--set', 'learner.batch.min_batch=8',
@@ -93,6 +95,19 @@ def test_a_run_keeps_its_configuration_whole_for_a_resume(tmp_path):
         assert [p.name for p in run.path.iterdir() if p.name != '.lock'] == [CONFIG]
     for node, section in sections.items():
         assert load_node_config(path, node, type(section)) == section, node
+
+
+def test_a_ros_node_s_parameters_are_kept_as_a_parameter_file(tmp_path):
+    """Dotted names nest; rclpy's arrays and tuples become lists (what the learner node gives)."""
+    params = {'sac.gamma': 0.95, 'sac.hidden_sizes': array.array('q', [64, 48]),
+              'safety.workspace_low': (-0.7, -0.5, 0.05), 'task.name': 'push', 'sim.gui': False}
+    with RunFolder.start(tmp_path) as run:
+        path = run.save_parameters('learner', params)
+        assert path == run.path / PARAMETERS.format(node='learner')
+    assert yaml.safe_load(path.read_text(encoding='utf-8')) == {'learner': {'ros__parameters': {
+        'sac': {'gamma': 0.95, 'hidden_sizes': [64, 48]},
+        'safety': {'workspace_low': [-0.7, -0.5, 0.05]}, 'task': {'name': 'push'},
+        'sim': {'gui': False}}}}
 
 
 def test_resume_without_a_run_is_one_line_and_exit_2(tmp_path):

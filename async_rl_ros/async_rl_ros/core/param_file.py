@@ -19,21 +19,22 @@ One file layout serves both ways of running: ``node_name: {ros__parameters: {...
 ``ros2 run ... --params-file`` and the launch files take, and which the local runner reads
 through :func:`load_node_config` (a ``/**`` section applies to every node that knows its
 keys). A run writes the configuration it trains with in the same layout
-(:func:`dump_yaml_parameters`), and :func:`parameters_markdown` renders the parameter
-reference from the sections (:mod:`async_rl_ros.core.options`).
+(:func:`dump_yaml_parameters`; a ROS 2 node's own parameters: :func:`dump_node_parameters`),
+and :func:`parameters_markdown` renders the parameter reference from the sections
+(:mod:`async_rl_ros.core.options`).
 """
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from async_rl_ros.core.options import ConfigError, Section
 import yaml
 
-__all__ = ['load_yaml_parameters', 'dump_yaml_parameters', 'load_node_config',
-           'parameters_markdown']
+__all__ = ['load_yaml_parameters', 'dump_yaml_parameters', 'dump_node_parameters',
+           'load_node_config', 'parameters_markdown']
 
 _WILDCARD = '/**'
 
@@ -106,15 +107,25 @@ def dump_yaml_parameters(sections: Mapping[str, Section]) -> str:
 
     :param sections: node name -> its section, e.g. ``{'learner': LearnerConfig()}``.
     """
+    return dump_node_parameters({node: section.to_flat() for node, section in sections.items()})
+
+
+def dump_node_parameters(nodes: Mapping[str, Mapping[str, Any]]) -> str:
+    """
+    Write flat parameters (``sac.gamma: 0.98``) per node as a ROS 2 parameter file.
+
+    :param nodes: node name -> its parameters by dotted name; sequences are written as lists.
+    """
     tree: dict[str, Any] = {}
-    for node, section in sections.items():
+    for node, flat in nodes.items():
         params: dict[str, Any] = {}
-        for key, value in section.to_flat().items():
+        for key, value in flat.items():
             *parents, leaf = key.split('.')
             branch = params
             for name in parents:
                 branch = branch.setdefault(name, {})
-            branch[leaf] = value
+            is_list = isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+            branch[leaf] = list(value) if is_list else value  # tuples, rclpy's array.array
         tree[node] = {'ros__parameters': params}
     return yaml.safe_dump(tree, sort_keys=False, default_flow_style=None)
 

@@ -368,7 +368,7 @@ class LearnerNode(Node):
         self.diag_pub.publish(array_)
 
     def _start_learner(self, resume: bool) -> Any:
-        """Build the learner in its run folder, resumed or warm-started; return the resume."""
+        """Build the learner, resumed or warm-started, record its parameters; return the resume."""
         self.learner = Learner(self.cfg, self.obs_dim, self.act_dim, goal_spec=self.spec.goal,
                                task=self.spec.name)
         found = None
@@ -382,6 +382,9 @@ class LearnerNode(Node):
         # transport.warm_start_bag: what was loaded (summary.json); a bad recording stops here
         self.warm_start = warm_start(self.learner, self.transport.warm_start_bag,
                                      self.get_logger().info)
+        self.run_folder.save_parameters('learner', {  # what the run trains with, from launch
+            name: param.value for name, param in self.get_parameters_by_prefix('').items()
+            if name != 'resume'})
         return found
 
     # ------------------------------------------------------------------ shutdown

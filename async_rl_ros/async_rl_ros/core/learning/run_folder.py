@@ -26,7 +26,9 @@ start can check) leaves no folder, and ``latest`` still names the run before it
 The local runner (``async-rl-train``) writes the configuration it trains with to
 ``<run>/config.yaml`` (a ``ros__parameters`` file) at each start and resume, and a resume
 reads it back, so continuing a run needs none of the settings it was started with. A ROS 2
-learner takes its parameters from the launch, resumed or not.
+learner takes its parameters from the launch, resumed or not, and records them at each start
+and resume in ``<run>/learner_parameters.yaml`` (its node's parameters, a file that
+``ros2 run ... --params-file`` takes).
 
 A run holds an exclusive ``flock`` on ``<run>/.lock`` (and on an outside checkpoint folder)
 for as long as its process lives, so a second process cannot write into it; the kernel drops
@@ -45,14 +47,15 @@ from typing import Any, Callable, Mapping
 
 from async_rl_ros.core.learning.checkpoint import RUN_SUBDIR as CHECKPOINTS
 from async_rl_ros.core.options import Section
-from async_rl_ros.core.param_file import dump_yaml_parameters
+from async_rl_ros.core.param_file import dump_node_parameters, dump_yaml_parameters
 from async_rl_ros.core.sections.learning import LearnerConfig
 
 __all__ = ['RunFolder', 'RunFolderError', 'open_run', 'find_run', 'write_whole', 'LATEST',
-           'CHECKPOINTS', 'CONFIG']
+           'CHECKPOINTS', 'CONFIG', 'PARAMETERS']
 
 LATEST = 'latest'  # the link to the newest run
 CONFIG = 'config.yaml'  # the configuration a run trains with, in its folder
+PARAMETERS = '{node}_parameters.yaml'  # a ROS 2 node's parameters, in its run's folder
 _LOCK = '.lock'
 
 
@@ -138,6 +141,17 @@ class RunFolder:
         """
         text = dump_yaml_parameters(sections)
         return write_whole(self.path / CONFIG,
+                           lambda tmp: tmp.write_text(text, encoding='utf-8'))
+
+    def save_parameters(self, node: str, params: Mapping[str, Any]) -> Path:
+        """
+        Write one ROS 2 node's parameters to ``<run>/<node>_parameters.yaml``, whole or not.
+
+        :param node: the node's name, the file's only section.
+        :param params: its parameters by dotted name (``sac.gamma``).
+        """
+        text = dump_node_parameters({node: params})
+        return write_whole(self.path / PARAMETERS.format(node=node),
                            lambda tmp: tmp.write_text(text, encoding='utf-8'))
 
     def lock(self, directory: str | Path) -> None:
