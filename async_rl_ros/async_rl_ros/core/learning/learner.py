@@ -46,6 +46,7 @@ from async_rl_ros.core.learning.doctor import Doctor, finite_rows, ParamDeltaTra
 from async_rl_ros.core.learning.her import HindsightRelabeler
 from async_rl_ros.core.learning.networks import PolicyForExport
 from async_rl_ros.core.learning.normalizer import RunningNormalizer
+from async_rl_ros.core.learning.ratio import steps_wanted
 from async_rl_ros.core.learning.replay import ReplayBuffer
 from async_rl_ros.core.learning.sac import SAC, UPDATE_METRICS
 from async_rl_ros.core.learning.step_guard import DoctorGuard
@@ -190,7 +191,8 @@ class Learner:
         Return how many transitions in total the learner can use now (the workers' rate limit).
 
         Until the replay holds enough to update, every transition it still lacks; from then
-        on one per ``1 / min_updates_per_step`` updates, counted from :attr:`ready_at`, plus
+        on one per ``1 / min_updates_per_step`` updates (no more than the ramped cap lets the
+        learner do, :mod:`.ratio`), counted from :attr:`ready_at`, plus
         ``slack`` that workers may run ahead: a sample-to-insert limiter in the manner of
         Reverb (Cassirer et al., 2021). The loop's cap on updates per transition counts from
         :attr:`ready_at` too. Counted from the run's first step instead, a learner resumed
@@ -203,7 +205,10 @@ class Learner:
         if not self.ready():  # a new run's first transitions, or a resumed replay's refill
             return self.env_steps + self.start_size - len(self.replay) + slack
         updates0, steps0 = self.ready_at
-        return int(steps0 + (self.updates - updates0) / self.cfg.min_updates_per_step) + slack
+        cfg = self.cfg
+        return int(steps_wanted(self.updates - updates0, cfg.min_updates_per_step,
+                                cfg.max_updates_per_step, steps0,
+                                cfg.max_updates_ramp_steps)) + slack
 
     # ------------------------------------------------------------------ update
     def train_step(self) -> dict[str, float]:

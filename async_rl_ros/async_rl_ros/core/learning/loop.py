@@ -31,7 +31,8 @@ rate-limited (:meth:`Learner.env_steps_wanted`, the workers' allowance) once the
 would fall below ``learner.min_updates_per_step`` -- their steps cost the learner nothing but
 the ingest, so it gets all the fresh data it can use -- and the learner runs up to
 ``learner.max_updates_per_step`` updates per transition, so a slow source, such as a
-physical arm at 25 Hz, gets every update the learner can do, up to that cap.
+physical arm at 25 Hz, gets every update the learner can do, up to that cap, which rises over
+``learner.max_updates_ramp_steps`` (:mod:`.ratio`).
 
 Weights are committed every ``commit_every`` updates, and before a lockstep source is asked
 for data. No policy is published before ``learner.warmup_steps`` transitions arrived: workers
@@ -52,6 +53,7 @@ from async_rl_ros.core.learning.eval_record import (EVALUATIONS_KEY, pack_evalua
 from async_rl_ros.core.learning.evaluation import EpisodeStats, Evaluation
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.learning.ratio import updates_allowed
 from async_rl_ros.core.records import PolicyState, TransitionBatch
 import numpy as np
 
@@ -190,9 +192,12 @@ class TrainingLoop:
         if not learner.ready():
             return False
         updates0, steps0 = learner.ready_at  # the rate limit's origin too
-        cap = (self.cfg.updates_per_step if self.source.blocking
-               else self.cfg.max_updates_per_step)
-        return learner.updates - updates0 < cap * (learner.env_steps - steps0 + 1)
+        if self.source.blocking:
+            allowed = self.cfg.updates_per_step * (learner.env_steps - steps0 + 1)
+        else:
+            allowed = updates_allowed(self.cfg.max_updates_per_step, learner.env_steps, steps0,
+                                      self.cfg.max_updates_ramp_steps)
+        return learner.updates - updates0 < allowed
 
     def ingest(self, received: list[Received]) -> None:
         """Store batches, record their policy lag and the finished episodes."""

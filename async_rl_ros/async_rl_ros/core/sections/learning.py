@@ -275,6 +275,16 @@ class LearnerConfig(Section):
                                          'ratio; at least updates_per_step and '
                                          'min_updates_per_step.', low=0.0, high=64.0,
                                          low_open=True)
+    max_updates_ramp_steps: int = option(0, 'Env steps over which max_updates_per_step '
+                                         "rises linearly from 0 at the run's first step to "
+                                         'its value: a slow source (a physical arm) then gets '
+                                         'the few early updates per transition that fast '
+                                         'simulated workers give their learner; the rate '
+                                         'limit never asks for more. 0: the whole cap from '
+                                         'the first update (push and pick_and_place: '
+                                         '25,000, their own defaults). Lockstep training is '
+                                         'not ramped.',
+                                         unit='steps', low=0, high=10**12)
     rate_limit_slack: int = option(2000, 'Transitions free-running simulated workers may run '
                                    'ahead of min_updates_per_step before they pause (they '
                                    'skip stepping, never wait for a reply; real arms never '
