@@ -100,9 +100,11 @@ def main() -> None:
     resume = bool(keep) and any(Path(keep).glob('ckpt_*.pt'))
     run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger(), resume=resume)
     changed = ', '.join(f'{key}={value}' for key, value in given.items())
+    ramp = (f', reached at {cfg.max_updates_ramp_steps:,} env steps'
+            if cfg.max_updates_ramp_steps else '')
     print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
           f'shipped defaults{f" and {changed}" if changed else ""} '
-          f'(max {cfg.max_updates_per_step:g} updates per transition)')
+          f'(max {cfg.max_updates_per_step:g} updates per transition{ramp})')
     if run.resumed is not None:
         print(f'resumed from {run.resumed.path} at {run.learner.env_steps} env steps; '
               f'{run.record_note}', flush=True)

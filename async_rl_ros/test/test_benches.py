@@ -270,11 +270,15 @@ def test_a_stopped_arm_time_run_still_reports_what_it_measured_and_goes_on(tmp_p
 def test_arm_time_trains_with_a_set_and_refuses_what_the_bench_fixes():
     # A --set reaches the configuration the run is built from, and the JSON names it...
     lines = _arm_time_until('reach: one simulated UR5', '--set',
-                            'learner.max_updates_per_step=3')
+                            'learner.max_updates_per_step=3', '--set',
+                            'learner.max_updates_ramp_steps=5000')
     banner = next(line for line in lines if line.startswith('reach: one simulated UR5'))
     assert banner.rstrip().endswith(
-        'shipped defaults and learner.max_updates_per_step=3 (max 3 updates per transition)')
-    assert json.loads(lines[-1])['settings'] == {'learner.max_updates_per_step': 3}
+        'shipped defaults and learner.max_updates_per_step=3, '
+        'learner.max_updates_ramp_steps=5000 (max 3 updates per transition, reached at 5,000 '
+        'env steps)')
+    assert json.loads(lines[-1])['settings'] == {'learner.max_updates_per_step': 3,
+                                                 'learner.max_updates_ramp_steps': 5000}
     # ... while a key the bench sets itself is refused in one line, before anything starts,
     # rather than quietly overridden.
     for key in ('learner.seed=3', 'env_worker.sim.real_time=false', 'local_runner.num_workers=2'):
