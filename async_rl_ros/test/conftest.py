@@ -73,6 +73,38 @@ def transitions(n: int, rng, worker: int = 0, version: int = 0, obs_dim: int = 5
             'policy_version': np.full(n, version), 'worker_id': np.full(n, worker)}
 
 
+def free_running_loop(learner, take):
+    """
+    Return a training loop fed by free-running workers whose ``take()`` is the test's.
+
+    The source never blocks, waits or respawns; the sink publishes nothing; no reports.
+    """
+    from async_rl_ros.core.learning.loop import TrainingLoop
+    from async_rl_ros.core.learning.metrics import MetricsLogger
+
+    class Workers:
+        blocking = False
+
+        def wait(self, timeout):
+            pass
+
+        def maintain(self, learner):
+            pass
+
+        def metrics(self):
+            return {}
+
+    class Sink:
+
+        def publish(self, state):
+            return None
+
+    source = Workers()
+    source.take = take
+    return TrainingLoop(learner, source, Sink(), commit_every=10**6, logger=MetricsLogger(),
+                        stats_interval_s=1e9)
+
+
 @pytest.fixture
 def run(request):
     """Yield a controller double with a UR5 backend on it (``ur_double.backend.Run``)."""

@@ -23,7 +23,7 @@ from async_rl_ros.core.workers.env_worker import (EnvWorker, NO_POLICY, WorkerPa
                                                   WorkerPolicy)
 from async_rl_ros.core.workers.runtime import BuiltWorker, WorkerRuntime
 from async_rl_ros.envs.reach_env import make_reach_env
-from conftest import tiny_config, transitions
+from conftest import free_running_loop, tiny_config, transitions
 import numpy as np
 import pytest
 
@@ -252,8 +252,7 @@ def test_a_resumed_learner_and_its_workers_never_wait_for_each_other(tmp_path):
     the loop's cap allowed a few updates per transition after it: a run resumed a few
     thousand steps short of its budget sat idle for good.
     """
-    from async_rl_ros.core.learning.loop import Received, TrainingLoop
-    from async_rl_ros.core.learning.metrics import MetricsLogger
+    from async_rl_ros.core.learning.loop import Received
 
     slack = 64
     cfg = tiny_config(tmp_path, learning_starts=500, min_updates_per_step=1.0,
@@ -263,29 +262,11 @@ def test_a_resumed_learner_and_its_workers_never_wait_for_each_other(tmp_path):
     learner.env_steps = resumed_at = 500 + 4000 + slack  # the allowance, used up
     rng = np.random.default_rng(5)
 
-    class Workers:  # free-running workers, held to the allowance as the transports hold them
-        blocking = False
+    def take():  # free-running workers, held to the allowance as the transports hold them
+        room = learner.env_steps_wanted(slack) - learner.env_steps
+        return [Received(transitions(min(32, room), rng), 0)] if room > 0 else []
 
-        def take(self):
-            room = learner.env_steps_wanted(slack) - learner.env_steps
-            return [Received(transitions(min(32, room), rng), 0)] if room > 0 else []
-
-        def wait(self, timeout):
-            pass
-
-        def maintain(self, learner):
-            pass
-
-        def metrics(self):
-            return {}
-
-    class Sink:
-
-        def publish(self, state):
-            return None
-
-    loop = TrainingLoop(learner, Workers(), Sink(), commit_every=10**6, logger=MetricsLogger(),
-                        stats_interval_s=1e9)  # no reports: this test is about progress
+    loop = free_running_loop(learner, take)
     for _ in range(200):
         before = (learner.env_steps, learner.updates)
         loop.step()

@@ -15,11 +15,10 @@
 """The free-running update-to-data bounds and the ramp of the cap (``max_updates_ramp_steps``)."""
 
 from async_rl_ros.core.learning.learner import Learner
-from async_rl_ros.core.learning.loop import Received, TrainingLoop
-from async_rl_ros.core.learning.metrics import MetricsLogger
+from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.learning.ratio import (counted_steps, steps_for, steps_wanted,
                                               updates_allowed)
-from conftest import tiny_config, transitions
+from conftest import free_running_loop, tiny_config, transitions
 import numpy as np
 import pytest
 import torch
@@ -59,17 +58,6 @@ def test_the_rate_limit_never_waits_for_updates_the_ramped_cap_forbids(seed):
         assert updates_allowed(cap, stop, origin, ramp) > updates
 
 
-class _Sink:
-
-    def publish(self, state):
-        return None
-
-
-def _loop(learner, source):
-    return TrainingLoop(learner, source, _Sink(), commit_every=10**6, logger=MetricsLogger(),
-                        stats_interval_s=1e9)
-
-
 def test_a_slow_source_gets_the_ramped_cap(tmp_path):
     """A paced arm: the next batch only once the learner has done what it may; ramp 400."""
     cfg = tiny_config(tmp_path, max_updates_per_step=4.0, max_updates_ramp_steps=400,
@@ -77,22 +65,13 @@ def test_a_slow_source_gets_the_ramped_cap(tmp_path):
     learner, rng = Learner(cfg, 5, 2), np.random.default_rng(0)
     seen = {}
 
-    class Arm:
-        blocking = False
+    def take():  # the next batch only once the learner has done what it may
+        if loop.owes_update():
+            return []
+        seen[learner.env_steps] = learner.updates
+        return [Received(transitions(16, rng), 0)]
 
-        def take(self):
-            if loop.owes_update():
-                return []
-            seen[learner.env_steps] = learner.updates
-            return [Received(transitions(16, rng), 0)]
-
-        def wait(self, timeout):
-            pass
-
-        def maintain(self, learner):
-            pass
-
-    loop = _loop(learner, Arm())
+    loop = free_running_loop(learner, take)
     while learner.env_steps < 800:
         loop.step()
     updates0, steps0 = learner.ready_at
@@ -112,20 +91,11 @@ def test_rate_limited_workers_and_a_ramped_learner_never_wait_for_each_other(tmp
                       **{'sac.hidden_sizes': [8]})
     learner, rng = Learner(cfg, 5, 2), np.random.default_rng(1)
 
-    class Workers:  # held to the allowance, as the transports hold them
-        blocking = False
+    def take():  # held to the allowance, as the transports hold workers
+        room = learner.env_steps_wanted(slack) - learner.env_steps
+        return [Received(transitions(min(16, room), rng), 0)] if room > 0 else []
 
-        def take(self):
-            room = learner.env_steps_wanted(slack) - learner.env_steps
-            return [Received(transitions(min(16, room), rng), 0)] if room > 0 else []
-
-        def wait(self, timeout):
-            pass
-
-        def maintain(self, learner):
-            pass
-
-    loop = _loop(learner, Workers())
+    loop = free_running_loop(learner, take)
     for _ in range(1500):
         before = (learner.env_steps, learner.updates)
         loop.step()
