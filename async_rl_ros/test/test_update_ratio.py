@@ -43,6 +43,8 @@ def test_the_ramp_counts_steps_by_a_linear_rise_and_inverts():
     # the cap it gives at 4 per step: the early ratios of free-running simulated workers
     assert updates_allowed(4.0, 3000, 0, ramp) / 3000 == pytest.approx(0.24, rel=0.01)
     assert updates_allowed(4.0, 10_000, 0, ramp) / 10_000 == pytest.approx(0.80, rel=0.01)
+    # a run resumed past the ramp (ready again at 50,000) gets the whole cap at once
+    assert updates_allowed(4.0, 50_100, 50_000, ramp) == 4.0 * 101
 
 
 @pytest.mark.parametrize('seed', range(5))
