@@ -218,13 +218,14 @@ def test_nodes_started_by_hand_take_their_tasks_defaults_under_the_file(context,
             layers = [m.out_features for m in learner.learner.sac.actor.modules()
                       if isinstance(m, torch.nn.Linear)]
             return (learner.eval_env_cfg.task.name, list(learner.cfg.sac.hidden_sizes),
-                    learner.cfg.total_env_steps, tuple(layers[:2]))
+                    learner.cfg.total_env_steps, learner.cfg.max_updates_ramp_steps,
+                    tuple(layers[:2]))
         finally:
             learner.close()
             learner.destroy_node()
 
     plain = params_file('push.yaml', '')
-    assert learner_says(plain) == ('push', [256, 256], 100000, (256, 256))
+    assert learner_says(plain) == ('push', [256, 256], 100000, 25000, (256, 256))
     worker = EnvWorkerNode(cli_args=plain)
     try:  # the width of the weights the learner will send
         assert worker.cfg.task.name == 'push' and worker.hidden == (256, 256)
@@ -232,7 +233,7 @@ def test_nodes_started_by_hand_take_their_tasks_defaults_under_the_file(context,
         worker.destroy_node()
     # a value the file sets wins over the task's
     assert learner_says(params_file('own.yaml', ', hidden_sizes: [64, 64]')) == (
-        'push', [64, 64], 100000, (64, 64))
+        'push', [64, 64], 100000, 25000, (64, 64))
 
 
 def test_a_pick_and_place_worker_started_by_hand_acts_at_its_task_s_rate(context, tmp_path):
