@@ -192,12 +192,11 @@ class TrainingLoop:
         if not learner.ready():
             return False
         updates0, steps0 = learner.ready_at  # the rate limit's origin too
-        if self.source.blocking:
-            allowed = self.cfg.updates_per_step * (learner.env_steps - steps0 + 1)
-        else:
-            allowed = updates_allowed(self.cfg.max_updates_per_step, learner.env_steps, steps0,
-                                      self.cfg.max_updates_ramp_steps)
-        return learner.updates - updates0 < allowed
+        cfg = self.cfg
+        ratio, ramp = ((cfg.updates_per_step, 0) if self.source.blocking  # lockstep: no ramp
+                       else (cfg.max_updates_per_step, cfg.max_updates_ramp_steps))
+        return learner.updates - updates0 < updates_allowed(ratio, learner.env_steps, steps0,
+                                                            ramp)
 
     def ingest(self, received: list[Received]) -> None:
         """Store batches, record their policy lag and the finished episodes."""
