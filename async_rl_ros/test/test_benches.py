@@ -82,6 +82,45 @@ def _watch_marks(bench, monkeypatch) -> tuple[list, dict]:
     return seen, stop
 
 
+def _run(key, seed, curve, seconds_per_step=0.01):
+    return {'impl': key, 'key': key, 'seed': seed, 'curve': curve,
+            'seconds': {m: m * seconds_per_step for m in curve}}
+
+
+def test_the_summary_counts_steps_to_90_and_compares_with_the_better_baseline():
+    """The JSON keys the issues judge by, on made-up curves (no training)."""
+    scores = _load('_scores')
+    marks = (1000, 2000, 3000, 4000)
+    ours = [scores.score(_run('ours', s, dict(zip(marks, c)))) for s, c in enumerate([
+        (0.5, 0.9, 0.95, 0.925),   # 90 % at 2,000, 95 % at 3,000 and stays above 90 %
+        (0.2, 0.6, 0.975, 0.85),   # 90 % and 95 % at 3,000, then drops below 90 %
+        (0.1, 0.2, 0.3, 0.4)])]    # never: counted as infinite in the median
+    assert [r['steps_to_90'] for r in ours] == [2000, 3000, None]
+    assert [r['steps_to_95'] for r in ours] == [3000, 3000, None]
+    assert [r['stays_90'] for r in ours] == [True, False, False]
+    assert ours[0]['seconds_to_90'] == pytest.approx(20.0)
+    sac = [scores.score(_run('sac_her', s, dict(zip(marks, (0.1, 0.2, 0.5, 0.9)))))
+           for s in range(3)]
+    tqc = [scores.score(_run('tqc_her', s, dict(zip(marks, (0.1, 0.2, 0.3, 0.4)))))
+           for s in range(3)]
+
+    class Args:
+        task, steps, baseline_steps, seeds = 'reach', 4000, None, [0, 1, 2]
+
+    summary = scores.summarize(ours + sac + tqc, Args, eval_episodes=40)
+    assert summary['env_steps_to_90_median'] == 3000 and summary['seeds_reaching_90'] == 2
+    assert summary['baseline'] == 'SB3 SAC+HER'
+    assert summary['baseline_env_steps_to_90_median'] == 4000
+    assert summary['ratio_vs_baseline'] == 0.75
+    assert summary['baselines_env_steps_to_90_median'] == {
+        'SB3 SAC+HER': 4000, 'TQC+HER': None}
+    assert summary['seeds_staying_90'] == 1 and summary['eval_episodes'] == 40
+    # Where the baseline stood at twice this learner's median (6,000: its last mark).
+    assert summary['baseline_success_at_twice_ours_median'] == 0.9
+    alone = scores.summarize(ours, Args, eval_episodes=40)
+    assert alone['baseline'] is None and alone['ratio_vs_baseline'] is None
+
+
 def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys):
     """A session that ends mid-run loses the steps since the last mark, not the run."""
     from async_rl_ros.core.learning import single_process
