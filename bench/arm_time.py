@@ -33,21 +33,28 @@ that ends) stops the run where it is and still prints the summary, with ``stoppe
 the signal.
 
 A push run takes longer than a session: the run keeps checkpoints with its replay buffer
-(every ``checkpoint.interval_steps`` updates, and at a stop signal) in ``--keep``, and the same
-command goes on from the newest one, with the evaluations before it (``resumed_from``; the
-wall clock to the threshold is then not reported: the arm time is).
+(every ``checkpoint.interval_steps`` updates, at a stop signal and at its end) in ``--keep``,
+and the same command goes on from the newest one, with the evaluations before it
+(``resumed_from``; the wall clock to the threshold is then not reported: the arm time is). A
+run that finished (threshold reached or budget spent) leaves its evaluations and JSON in
+``--keep``/``results.jsonl``: the same command prints them again rather than training on, and
+a higher ``--threshold`` or ``--budget-min`` goes on from where it ended (``--fresh``: start
+over).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 import sys
 import time
 from typing import Any
 
 import _results  # beside this script (bench/ is on sys.path)
+
+HEADER = f'{"env steps":>10}{"arm min":>9}{"success":>9}'
 
 
 def main() -> None:
@@ -72,6 +79,9 @@ def main() -> None:
                         help='folder of the checkpoints of the run, resumed from by the same '
                         'command (default: /tmp/async_rl_bench/arm_time_<task>_seed<S>_'
                         '<settings>, none with --quick; "" keeps nothing)')
+    parser.add_argument('--fresh', action='store_true',
+                        help='start over: forget the checkpoints and the finished result in '
+                        '--keep')
     args = parser.parse_args()
     if args.quick:
         args.budget_min, args.episodes = 2.0, 10
@@ -97,37 +107,48 @@ def main() -> None:
         '' if args.quick else _default_keep(env_cfg, cfg, args.seed))  # a smoke run: afresh
     cfg = cfg.replace(**{'checkpoint.directory': keep or '/tmp/async_rl_bench_arm_time',
                          'checkpoint.save_replay_buffer': bool(keep)})
-    resume = bool(keep) and any(Path(keep).glob('ckpt_*.pt'))
-    run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger(), resume=resume)
-    changed = ', '.join(f'{key}={value}' for key, value in given.items())
+    finished = os.path.join(keep, 'results.jsonl') if keep else ''
+    if args.fresh and keep:
+        for path in [*Path(keep).glob('ckpt_*.pt'), Path(finished)]:
+            path.unlink(missing_ok=True)
+    # The sections hold the seed, the budget and the evaluations; the threshold is the bench's.
+    key = {'threshold': args.threshold, 'settings': _results.settings_digest(env_cfg, cfg, rcfg)}
+    changed = ', '.join(f'{name}={value}' for name, value in given.items())
     ramp = (f', reached at {cfg.max_updates_ramp_steps:,} env steps'
             if cfg.max_updates_ramp_steps else '')
     print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
           f'shipped defaults{f" and {changed}" if changed else ""} '
-          f'(max {cfg.max_updates_per_step:g} updates per transition{ramp})')
+          f'(max {cfg.max_updates_per_step:g} updates per transition{ramp})', flush=True)
+    found = _results.find(_results.load(finished), key)
+    if found is not None:  # nothing to train: say what that run measured
+        signalled.uninstall()
+        print(f'finished before, read from {finished} (--fresh runs it again)')
+        _report(found['rows'], found['summary'])
+        return
+    resume = bool(keep) and any(Path(keep).glob('ckpt_*.pt'))
+    run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger(), resume=resume)
     if run.resumed is not None:
         print(f'resumed from {run.resumed.path} at {run.learner.env_steps} env steps; '
               f'{run.record_note}', flush=True)
-    print(f'{"env steps":>10}{"arm min":>9}{"success":>9}', flush=True)
+    print(HEADER, flush=True)
     start = time.perf_counter()
     reached: dict[str, float] = {}
-    shown = 0
+    rows: list[str] = []
 
     def stop() -> bool:
         # Each evaluation is printed as it arrives: a two-hour run shows where it stands.
-        nonlocal shown
-        for e in run.loop.evaluations[shown:]:
-            print(f'{e.env_steps:>10}{e.env_steps / hz / 60:>9.1f}'
-                  f'{e.stats.success_rate:>9.2f}', flush=True)
+        for e in run.loop.evaluations[len(rows):]:
+            rows.append(f'{e.env_steps:>10}{e.env_steps / hz / 60:>9.1f}'
+                        f'{e.stats.success_rate:>9.2f}')
+            print(rows[-1], flush=True)
             if e.stats.success_rate >= args.threshold and not reached:
                 reached.update(env_steps=e.env_steps, wall_s=time.perf_counter() - start)
-        shown = len(run.loop.evaluations)
         return bool(reached)
 
     try:
         run.run(should_stop=lambda: stop() or signalled())
-        if keep and signalled.signum is not None:
-            run.loop.save_checkpoint()  # a stopped session loses nothing of the run
+        if keep:  # a stopped session loses nothing of the run; a finished one can go further
+            run.loop.save_checkpoint()
     finally:
         run.close()
         signalled.uninstall()
@@ -139,22 +160,33 @@ def main() -> None:
     # wall clock until the evaluator had scored that snapshot (its lag behind the arm included;
     # unknown for a snapshot scored before a resume)
     wall = reached['wall_s'] / 60 if reached and run.resumed is None else None
-    print(f'arm time to {100 * args.threshold:.0f} %: '
+    summary = {'task': env_cfg.task.name, 'threshold': args.threshold,
+               'arm_minutes': round(minutes, 2) if minutes else None,
+               'wall_minutes': round(wall, 2) if wall else None,
+               'arm_minutes_run': round(learner.env_steps / hz / 60, 2),
+               'updates_per_transition': round(ratio, 3),
+               'env_steps': learner.env_steps, 'updates': learner.updates,
+               'settings': given,
+               'stopped_by': signalled.signal_name,
+               'resumed_from': run.resumed.state['counters']['env_steps']
+               if run.resumed is not None else None}
+    if signalled.signum is not None:
+        _report([], summary)
+        raise SystemExit(signalled.exit_code())
+    _results.save(finished, key, {'rows': rows, 'summary': summary})  # '': nothing kept
+    _report([], summary)
+
+
+def _report(rows: list[str], summary: dict) -> None:
+    """Print the evaluations (none: printed as they came), the arm time line and the JSON."""
+    if rows:
+        print(HEADER, *rows, sep='\n')
+    minutes, wall = summary['arm_minutes'], summary['wall_minutes']
+    print(f'arm time to {100 * summary["threshold"]:.0f} %: '
           f'{"not reached" if minutes is None else f"{minutes:.1f} min"}'
           f'{"" if wall is None else f" (known after {wall:.1f} min of wall clock)"}; '
-          f'updates per transition sustained: {ratio:.2f}')
-    print(json.dumps({'task': env_cfg.task.name, 'threshold': args.threshold,
-                      'arm_minutes': round(minutes, 2) if minutes else None,
-                      'wall_minutes': round(wall, 2) if wall else None,
-                      'arm_minutes_run': round(learner.env_steps / hz / 60, 2),
-                      'updates_per_transition': round(ratio, 3),
-                      'env_steps': learner.env_steps, 'updates': learner.updates,
-                      'settings': given,
-                      'stopped_by': signalled.signal_name,
-                      'resumed_from': run.resumed.state['counters']['env_steps']
-                      if run.resumed is not None else None}))
-    if signalled.signum is not None:
-        raise SystemExit(signalled.exit_code())
+          f'updates per transition sustained: {summary["updates_per_transition"]:.2f}')
+    print(json.dumps(summary), flush=True)
 
 
 #: What the bench sets itself: a ``--set`` of these is refused, not silently overridden.

@@ -306,6 +306,32 @@ def test_a_stopped_arm_time_run_still_reports_what_it_measured_and_goes_on(tmp_p
     assert json.loads(lines[-1])['resumed_from'] == summary['env_steps']
 
 
+def test_a_finished_arm_time_run_is_reported_again_and_a_larger_budget_goes_on(tmp_path):
+    keep = str(tmp_path / 'keep')
+
+    def arm_time(*args: str) -> tuple[list[str], dict]:
+        proc = subprocess.run([sys.executable, str(BENCH / 'arm_time.py'), '--eval-every',
+                               '1000', '--episodes', '1', '--keep', keep, *args],
+                              capture_output=True, text=True, timeout=600)  # a hang guard
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        return lines, json.loads(lines[-1])
+
+    lines, first = arm_time('--budget-min', '0.05')  # 75 env steps at reach's 25 Hz
+    assert first['stopped_by'] is None and first['resumed_from'] is None
+    # The same command does not train on from the run's end: it says what that run measured.
+    lines, again = arm_time('--budget-min', '0.05')
+    assert any(line.startswith('finished before, read from ') for line in lines), lines
+    assert again == first
+    # A larger budget goes on from where the finished run ended, not from an older checkpoint.
+    lines, further = arm_time('--budget-min', '0.1')
+    assert further['resumed_from'] == first['env_steps'], lines
+    assert further['env_steps'] > first['env_steps']
+    # --fresh starts over.
+    lines, fresh = arm_time('--budget-min', '0.05', '--fresh')
+    assert fresh['resumed_from'] is None and not any('finished before' in x for x in lines)
+
+
 def test_arm_time_trains_with_a_set_and_refuses_what_the_bench_fixes():
     # A --set reaches the configuration the run is built from, and the JSON names it...
     lines = _arm_time_until('reach: one simulated UR5', '--set',
