@@ -37,9 +37,10 @@ A push run takes longer than a session: the run keeps checkpoints with its repla
 and the same command goes on from the newest one, with the evaluations before it
 (``resumed_from``; the wall clock to the threshold is then not reported: the arm time is). A
 run that finished (threshold reached or budget spent) leaves its evaluations and JSON in
-``--keep``/``results.jsonl``: the same command prints them again rather than training on, and
-a higher ``--threshold`` or ``--budget-min`` goes on from where it ended (``--fresh``: start
-over).
+``--keep``/``results.jsonl``. The same command, or one with another ``--threshold`` or
+``--budget-min`` that run already answers, prints them again rather than training on; a
+threshold it did not reach, within a budget it did not spend, goes on from where it ended
+(``--fresh``: start over).
 """
 
 from __future__ import annotations
@@ -111,39 +112,46 @@ def main() -> None:
     if args.fresh and keep:
         for path in [*Path(keep).glob('ckpt_*.pt'), Path(finished)]:
             path.unlink(missing_ok=True)
-    # The sections hold the seed, the budget and the evaluations; the threshold is the bench's.
-    key = {'threshold': args.threshold, 'settings': _results.settings_digest(env_cfg, cfg, rcfg)}
+    # A finished run under the same seed, evaluations and settings answers for any threshold
+    # and any budget it covered; a larger budget or a threshold it did not reach goes on.
+    budget = cfg.total_env_steps
+    settings = _results.settings_digest(env_cfg, cfg.replace(total_env_steps=1), rcfg)
     changed = ', '.join(f'{name}={value}' for name, value in given.items())
     ramp = (f', reached at {cfg.max_updates_ramp_steps:,} env steps'
             if cfg.max_updates_ramp_steps else '')
     print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
           f'shipped defaults{f" and {changed}" if changed else ""} '
           f'(max {cfg.max_updates_per_step:g} updates per transition{ramp})', flush=True)
-    found = _results.find(_results.load(finished), key)
-    if found is not None:  # nothing to train: say what that run measured
+    earlier = _last_finished(finished, settings)
+    answer = _answer(earlier, args.threshold, budget, hz) if earlier is not None else None
+    if answer is not None:  # nothing to train
         signalled.uninstall()
         print(f'finished before, read from {finished} (--fresh runs it again)')
-        _report(found['rows'], found['summary'])
+        print(HEADER, *(_row(row, hz) for row in answer[0]), sep='\n')
+        _report(answer[1])
         return
     resume = bool(keep) and any(Path(keep).glob('ckpt_*.pt'))
     run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger(), resume=resume)
     if run.resumed is not None:
         print(f'resumed from {run.resumed.path} at {run.learner.env_steps} env steps; '
               f'{run.record_note}', flush=True)
-    print(HEADER, flush=True)
+    # [env steps, success rate, wall seconds to the evaluation (None: before a resume)]; a
+    # run that goes on from a finished one keeps that run's rows, not just the checkpoint's best
+    rows: list[list] = list(earlier['rows']) if earlier is not None else []
+    print(HEADER, *(_row(row, hz) for row in rows), sep='\n', flush=True)
+    seen, shown = (rows[-1][0] if rows else -1), 0
     start = time.perf_counter()
-    reached: dict[str, float] = {}
-    rows: list[str] = []
 
     def stop() -> bool:
         # Each evaluation is printed as it arrives: a two-hour run shows where it stands.
-        for e in run.loop.evaluations[len(rows):]:
-            rows.append(f'{e.env_steps:>10}{e.env_steps / hz / 60:>9.1f}'
-                        f'{e.stats.success_rate:>9.2f}')
-            print(rows[-1], flush=True)
-            if e.stats.success_rate >= args.threshold and not reached:
-                reached.update(env_steps=e.env_steps, wall_s=time.perf_counter() - start)
-        return bool(reached)
+        nonlocal shown
+        for e in run.loop.evaluations[shown:]:
+            if e.env_steps > seen:
+                wall = None if run.resumed is not None else time.perf_counter() - start
+                rows.append([e.env_steps, e.stats.success_rate, wall])
+                print(_row(rows[-1], hz), flush=True)
+        shown = len(run.loop.evaluations)
+        return _first(rows, args.threshold) is not None
 
     try:
         run.run(should_stop=lambda: stop() or signalled())
@@ -156,13 +164,8 @@ def main() -> None:
     learner = run.learner
     updates0, steps0 = learner.ready_at or (learner.updates, learner.env_steps)
     ratio = (learner.updates - updates0) / max(1, learner.env_steps - steps0)
-    minutes = reached['env_steps'] / hz / 60 if reached else None
-    # wall clock until the evaluator had scored that snapshot (its lag behind the arm included;
-    # unknown for a snapshot scored before a resume)
-    wall = reached['wall_s'] / 60 if reached and run.resumed is None else None
     summary = {'task': env_cfg.task.name, 'threshold': args.threshold,
-               'arm_minutes': round(minutes, 2) if minutes else None,
-               'wall_minutes': round(wall, 2) if wall else None,
+               **_reached(rows, args.threshold, hz),
                'arm_minutes_run': round(learner.env_steps / hz / 60, 2),
                'updates_per_transition': round(ratio, 3),
                'env_steps': learner.env_steps, 'updates': learner.updates,
@@ -170,17 +173,57 @@ def main() -> None:
                'stopped_by': signalled.signal_name,
                'resumed_from': run.resumed.state['counters']['env_steps']
                if run.resumed is not None else None}
+    if signalled.signum is None:  # finished: the same command answers from it
+        _results.save(finished, {'settings': settings}, {'rows': rows, 'summary': summary})
+    _report(summary)
     if signalled.signum is not None:
-        _report([], summary)
         raise SystemExit(signalled.exit_code())
-    _results.save(finished, key, {'rows': rows, 'summary': summary})  # '': nothing kept
-    _report([], summary)
 
 
-def _report(rows: list[str], summary: dict) -> None:
-    """Print the evaluations (none: printed as they came), the arm time line and the JSON."""
-    if rows:
-        print(HEADER, *rows, sep='\n')
+def _row(row: list, hz: float) -> str:
+    return f'{row[0]:>10}{row[0] / hz / 60:>9.1f}{row[1]:>9.2f}'
+
+
+def _first(rows: list[list], threshold: float) -> list | None:
+    """Return the first evaluation at ``threshold`` or above, or ``None``."""
+    return next((row for row in rows if row[1] >= threshold), None)
+
+
+def _reached(rows: list[list], threshold: float, hz: float) -> dict:
+    """
+    Return the arm minutes to ``threshold`` and the wall minutes until it was known.
+
+    The wall clock runs until the evaluator had scored that snapshot (its lag behind the arm
+    included); it is unknown (``None``) for a snapshot scored before a resume.
+    """
+    row = _first(rows, threshold)
+    return {'arm_minutes': round(row[0] / hz / 60, 2) if row else None,
+            'wall_minutes': round(row[2] / 60, 2) if row and row[2] is not None else None}
+
+
+def _answer(earlier: dict, threshold: float, budget: int, hz: float
+            ) -> tuple[list[list], dict] | None:
+    """
+    Return the rows and summary a finished run gives for ``threshold`` within ``budget``.
+
+    ``None`` where it cannot say: it stopped, at a lower threshold of its own, before both
+    this threshold and the end of this budget (the run then goes on from its end).
+    """
+    within = [row for row in earlier['rows'] if row[0] <= budget]
+    if _first(within, threshold) is None and earlier['summary']['env_steps'] < budget:
+        return None
+    return within, {**earlier['summary'], 'threshold': threshold,
+                    **_reached(within, threshold, hz)}
+
+
+def _last_finished(path: str, settings: str) -> dict | None:
+    """Return the latest finished run kept in ``path`` under ``settings`` (any threshold)."""
+    runs = [r['result'] for r in _results.load(path) if r.get('job') == {'settings': settings}]
+    return runs[-1] if runs else None
+
+
+def _report(summary: dict) -> None:
+    """Print the arm time line and the JSON."""
     minutes, wall = summary['arm_minutes'], summary['wall_minutes']
     print(f'arm time to {100 * summary["threshold"]:.0f} %: '
           f'{"not reached" if minutes is None else f"{minutes:.1f} min"}'

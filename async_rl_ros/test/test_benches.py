@@ -332,6 +332,25 @@ def test_a_finished_arm_time_run_is_reported_again_and_a_larger_budget_goes_on(t
     assert fresh['resumed_from'] is None and not any('finished before' in x for x in lines)
 
 
+def test_a_finished_arm_time_run_answers_the_thresholds_and_budgets_it_covered():
+    bench = _load('arm_time')
+    hz = 10.0  # 600 env steps an arm minute
+    rows = [[600, 0.5, 60.0], [1200, 0.85, 125.0], [1800, 0.95, 190.0]]
+    earlier = {'rows': rows, 'summary': {
+        'threshold': 0.9, 'arm_minutes': 3.0, 'wall_minutes': 3.17, 'env_steps': 1850}}
+    kept, summary = bench._answer(earlier, 0.8, budget=3000, hz=hz)  # a lower threshold
+    assert kept == rows and summary['threshold'] == 0.8
+    assert (summary['arm_minutes'], summary['wall_minutes']) == (2.0, 2.08)
+    # A budget that ends before the first 80 %, which that run spent: not reached.
+    kept, summary = bench._answer(earlier, 0.8, budget=1000, hz=hz)
+    assert kept == rows[:1] and summary['arm_minutes'] is None
+    # A threshold it never reached, with budget left: the run goes on from its end.
+    assert bench._answer(earlier, 0.99, budget=3000, hz=hz) is None
+    # Evaluations scored before a resume have no wall clock.
+    rows[1][2] = None
+    assert bench._answer(earlier, 0.8, budget=3000, hz=hz)[1]['wall_minutes'] is None
+
+
 def test_arm_time_trains_with_a_set_and_refuses_what_the_bench_fixes():
     # A --set reaches the configuration the run is built from, and the JSON names it...
     lines = _arm_time_until('reach: one simulated UR5', '--set',
