@@ -115,7 +115,7 @@ def main() -> None:
     # A finished run under the same seed, evaluations and settings answers for any threshold
     # and any budget it covered; a larger budget or a threshold it did not reach goes on.
     budget = cfg.total_env_steps
-    settings = _results.settings_digest(env_cfg, cfg.replace(total_env_steps=1), rcfg)
+    settings = _results.settings_digest(env_cfg, _any_budget(cfg), rcfg)
     changed = ', '.join(f'{name}={value}' for name, value in given.items())
     ramp = (f', reached at {cfg.max_updates_ramp_steps:,} env steps'
             if cfg.max_updates_ramp_steps else '')
@@ -178,6 +178,11 @@ def main() -> None:
     _report(summary)
     if signalled.signum is not None:
         raise SystemExit(signalled.exit_code())
+
+
+def _any_budget(cfg):
+    """Return the learner section with the budget left out of what identifies a run."""
+    return cfg.replace(total_env_steps=1)
 
 
 def _row(row: list, hz: float) -> str:
@@ -273,8 +278,8 @@ def _configure(args: argparse.Namespace) -> tuple[dict, Any, Any, Any]:
 
 
 def _default_keep(env_cfg, cfg, seed: int) -> str:
-    """Return the run's checkpoint folder: one per task, seed and settings (budget included)."""
-    digest = _results.settings_digest(env_cfg, cfg)
+    """Return the run's checkpoint folder: one per task, seed and settings, for any budget."""
+    digest = _results.settings_digest(env_cfg, _any_budget(cfg))
     return _results.default_path('arm_time', env_cfg.task.name, False,
                                  suffix=f'_seed{seed}_{digest}')
 
