@@ -86,8 +86,8 @@ def load(path: str, decode: Callable[[dict], dict] | None = None) -> list[dict]:
 
 
 def find(records: list[dict], key: dict) -> dict | None:
-    """Return the result stored under ``key``, or ``None``."""
-    return next((r['result'] for r in records if r.get('job') == key), None)
+    """Return the latest result stored under ``key`` (a run done again replaces), or ``None``."""
+    return next((r['result'] for r in reversed(records) if r.get('job') == key), None)
 
 
 def save(path: str, key: dict, result: dict) -> None:

@@ -122,7 +122,7 @@ def main() -> None:
     print(f'{env_cfg.task.name}: one simulated UR5 in real time at {hz:.0f} Hz, learner: '
           f'shipped defaults{f" and {changed}" if changed else ""} '
           f'(max {cfg.max_updates_per_step:g} updates per transition{ramp})', flush=True)
-    earlier = _last_finished(finished, settings)
+    earlier = _results.find(_results.load(finished), {'settings': settings})  # the latest
     answer = _answer(earlier, args.threshold, budget, hz) if earlier is not None else None
     if answer is not None:  # nothing to train
         signalled.uninstall()
@@ -219,12 +219,6 @@ def _answer(earlier: dict, threshold: float, budget: int, hz: float
         return None
     return within, {**earlier['summary'], 'threshold': threshold,
                     **_reached(within, threshold, hz)}
-
-
-def _last_finished(path: str, settings: str) -> dict | None:
-    """Return the latest finished run kept in ``path`` under ``settings`` (any threshold)."""
-    runs = [r['result'] for r in _results.load(path) if r.get('job') == {'settings': settings}]
-    return runs[-1] if runs else None
 
 
 def _report(summary: dict) -> None:

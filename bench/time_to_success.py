@@ -56,6 +56,7 @@ import numpy as np
 
 from _baselines import baseline_env, make_baseline  # beside this script
 import _results
+from _scores import NAMES  # the learners' names, as the sample-efficiency bench prints them
 
 EVAL_SEED = 2_000_000
 
@@ -277,11 +278,10 @@ def main() -> None:
         print(f'{name}: {"not reached" if seconds is None else f"{seconds:.0f} s"}  '
               + ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve), flush=True)
 
-    names = {'sac': 'SB3 SAC', 'sac_her': 'SB3 SAC+HER', 'tqc_her': 'TQC+HER'}
     print(f'\n{task}: time to {100 * args.target:.0f} % success (deterministic policy, '
           f'{args.episodes} episodes per snapshot), budget {args.budget_s:.0f} s for async and '
           f'sync ({args.workers or "default"} workers), {sb3_budget:.0f} s for '
-          f'{names[args.baseline]} (row sb3), seed {args.seed}')
+          f'{NAMES[args.baseline]} (row sb3), seed {args.seed}')
     print(f'{"":<6} {"to target":>12} {"updates/s":>10} {"env steps/s":>12}   curve')
     for name, (seconds, curve) in results.items():
         shown = ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve)
@@ -289,7 +289,7 @@ def main() -> None:
               f' {rates[name]["updates_per_s"]:10.1f} {rates[name]["env_steps_per_s"]:12.1f}'
               f'   {shown}')
     a, y, s = results['async'][0], results['sync'][0], results['sb3'][0]
-    print(json.dumps({'task': task, 'target': args.target, 'baseline': names[args.baseline],
+    print(json.dumps({'task': task, 'target': args.target, 'baseline': NAMES[args.baseline],
                       'async_s': a, 'sync_s': y, 'sb3_s': s,
                       'speedup_vs_sync': round(y / a, 2) if a and y else None,
                       'speedup_vs_sync_at_least': (round((y or args.budget_s) / a, 2) if a

@@ -121,6 +121,17 @@ def test_the_summary_counts_steps_to_90_and_compares_with_the_better_baseline():
     assert alone['baseline'] is None and alone['ratio_vs_baseline'] is None
 
 
+def test_a_run_done_again_replaces_the_earlier_one_in_the_results_file(tmp_path):
+    """After ``--fresh`` the run measured last is the one a later invocation reports."""
+    results = _load('_results')
+    path, key = str(tmp_path / 'results.jsonl'), {'impl': 'ours', 'seed': 0}
+    results.save(path, key, {'curve': {'1000': 0.5}})
+    results.save(path, {'impl': 'ours', 'seed': 1}, {'curve': {'1000': 0.7}})
+    results.save(path, key, {'curve': {'1000': 0.9}})
+    assert results.find(results.load(path), key) == {'curve': {'1000': 0.9}}
+    assert results.find(results.load(path), {'impl': 'sac', 'seed': 0}) is None
+
+
 def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys):
     """A session that ends mid-run loses the steps since the last mark, not the run."""
     from async_rl_ros.core.learning import single_process
