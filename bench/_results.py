@@ -35,10 +35,15 @@ __all__ = ['default_path', 'find', 'load', 'save', 'settings_digest', 'unfinishe
 
 
 def default_path(bench: str, task: str, quick: bool, suffix: str = '.jsonl') -> str:
-    """Return ``/tmp/async_rl_bench/<bench>_<task>[_quick]<suffix>``."""
+    """
+    Return ``runs/bench/<bench>_<task>[_quick]<suffix>``, under the working directory.
+
+    Beside the trainer's run folders (``learner.log_dir``, ``runs/async_rl``), not in
+    ``/tmp``: many systems empty ``/tmp`` at a reboot, which would lose the finished runs and
+    the checkpoints a long bench resumes from.
+    """
     slug = ''.join(c if c.isalnum() or c in '-_' else '_' for c in task)
-    return os.path.join('/tmp', 'async_rl_bench', f'{bench}_{slug}{"_quick" if quick else ""}'
-                        f'{suffix}')
+    return os.path.join('runs', 'bench', f'{bench}_{slug}{"_quick" if quick else ""}{suffix}')
 
 
 def settings_digest(*sections: Any) -> str:

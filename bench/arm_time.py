@@ -78,7 +78,7 @@ def main() -> None:
                         'learner.max_updates_per_step=1')
     parser.add_argument('--keep', default=None,
                         help='folder of the checkpoints of the run, resumed from by the same '
-                        'command (default: /tmp/async_rl_bench/arm_time_<task>_seed<S>_'
+                        'command (default: runs/bench/arm_time_<task>_seed<S>_'
                         '<settings>, none with --quick; "" keeps nothing)')
     parser.add_argument('--fresh', action='store_true',
                         help='start over: forget the checkpoints and the finished result in '

@@ -313,7 +313,7 @@ def main() -> None:
                         'with its defaults and no HER on the flat env)')
     parser.add_argument('--results', default=None,
                         help='JSON-lines file of finished runs, reused by later invocations '
-                        '(default: /tmp/async_rl_bench/sample_efficiency_<task>.jsonl; "" for '
+                        '(default: runs/bench/sample_efficiency_<task>.jsonl; "" for '
                         'none)')
     parser.add_argument('--baseline-device', default='cpu',
                         help="torch device of the baselines (cpu, cuda, auto); the zoo's "

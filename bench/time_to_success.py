@@ -232,7 +232,7 @@ def main() -> None:
     parser.add_argument('--seed', type=int, default=0, help='env, learner and baseline seed')
     parser.add_argument('--results', default=None,
                         help='JSON-lines file of finished settings, reused by later invocations '
-                        '(default: /tmp/async_rl_bench/time_to_success_<task>.jsonl; "" for '
+                        '(default: runs/bench/time_to_success_<task>.jsonl; "" for '
                         'none)')
     parser.add_argument('--fresh', action='store_true',
                         help='train every setting again, even those in the results file')

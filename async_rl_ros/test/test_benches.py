@@ -132,6 +132,16 @@ def test_a_run_done_again_replaces_the_earlier_one_in_the_results_file(tmp_path)
     assert results.find(results.load(path), {'impl': 'sac', 'seed': 0}) is None
 
 
+def test_finished_runs_are_kept_beside_the_trainers_runs_not_in_tmp():
+    """A reboot that empties ``/tmp`` must not lose a long bench's finished seeds."""
+    from async_rl_ros.core.sections.learning import LearnerConfig
+
+    path = pathlib.PurePath(_load('_results').default_path('arm_time', 'gym:PandaPush-v3', False))
+    assert not path.is_absolute()  # under the working directory, as the trainer's run folders
+    assert path.parts[0] == pathlib.PurePath(LearnerConfig().log_dir).parts[0]
+    assert path.name == 'arm_time_gym_PandaPush-v3.jsonl'
+
+
 def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys):
     """A session that ends mid-run loses the steps since the last mark, not the run."""
     from async_rl_ros.core.learning import single_process
