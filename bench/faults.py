@@ -189,7 +189,7 @@ def scenario(name: str, doc: str):
 # ====================================================================== scenarios
 @scenario('resume-no-replay', 'async: resume a run whose checkpoint has no replay buffer')
 def _resume_without_replay(run: Run) -> Outcome:
-    """The default mode: the workers must refill the replay instead of waiting forever."""
+    """Resume in the default mode: the workers must refill the replay, not wait forever."""
     summary = run.dir / 'run' / 'latest' / 'summary.json'
     rc1, _, _ = run.finish(run.cli('--steps', '1500', '--workers', run.workers))
     first = json.loads(summary.read_text()) if rc1 == 0 else {}
@@ -367,7 +367,7 @@ def _resume_right_run(run: Run) -> Outcome:
 
 
 @scenario('crafted-packets', 'weight packets with a valid CRC and wrong content, fed to a '
-          'worker\'s receiver (bench/fault_packets.py)')
+          "worker's receiver (bench/fault_packets.py)")
 def _crafted_packets(run: Run) -> Outcome:
     import fault_packets
     got = fault_packets.measure(run.quick)
@@ -377,7 +377,7 @@ def _crafted_packets(run: Run) -> Outcome:
     return Outcome(ok, ', '.join(f'{k} {v}' for k, v in got.items()), figures=got)
 
 
-@scenario('checkpoint-flips', 'single-bit flips in the newest checkpoint, then --resume\'s '
+@scenario('checkpoint-flips', "single-bit flips in the newest checkpoint, then --resume's "
           'loader (bench/fault_checkpoints.py)')
 def _checkpoint_flips(run: Run) -> Outcome:
     import fault_checkpoints

@@ -68,6 +68,7 @@ def shipped(device: torch.device, compile_mode: str, cuda_graph: bool,
         'batch.initial_batch': batch,
         'checkpoint.interval_steps': 0, 'checkpoint.directory': '/tmp/async_rl_bench_lt'})
 
+
 def synthetic_batch(size: int, device: torch.device, seed: int = 0) -> dict[str, torch.Tensor]:
     """
     Return a random batch of reach-task shapes on ``device``.

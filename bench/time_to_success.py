@@ -52,11 +52,10 @@ import json
 import os
 import time
 
-import numpy as np
-
 from _baselines import baseline_env, make_baseline  # beside this script
 import _results
 from _scores import NAMES  # the learners' names, as the sample-efficiency bench prints them
+import numpy as np
 
 EVAL_SEED = 2_000_000
 

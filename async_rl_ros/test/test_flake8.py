@@ -12,6 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
+import pathlib
+
 from conftest import require_linter
 import pytest
 
@@ -21,4 +23,18 @@ import pytest
 def test_flake8():
     main_with_errors = require_linter('ament_flake8.main').main_with_errors
     rc, errors = main_with_errors(argv=[])
+    assert rc == 0, 'Found %d code style errors / warnings:\n' % len(errors) + '\n'.join(errors)
+
+
+#: the repository's scripts beside the package (benches, tools), linted by the same rules
+SCRIPTS = [d for d in (pathlib.Path(__file__).resolve().parents[2] / name
+                       for name in ('bench', 'tools')) if d.is_dir()]
+
+
+@pytest.mark.flake8
+@pytest.mark.linter
+@pytest.mark.skipif(not SCRIPTS, reason='not in a source checkout (no bench/ or tools/)')
+def test_flake8_of_the_benches_and_tools():
+    main_with_errors = require_linter('ament_flake8.main').main_with_errors
+    rc, errors = main_with_errors(argv=[str(d) for d in SCRIPTS])
     assert rc == 0, 'Found %d code style errors / warnings:\n' % len(errors) + '\n'.join(errors)

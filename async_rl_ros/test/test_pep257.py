@@ -14,6 +14,7 @@
 
 from conftest import require_linter
 import pytest
+from test_flake8 import SCRIPTS
 
 
 @pytest.mark.linter
@@ -21,4 +22,13 @@ import pytest
 def test_pep257():
     main = require_linter('ament_pep257.main').main
     rc = main(argv=['.', 'test'])
+    assert rc == 0, 'Found code style errors / warnings'
+
+
+@pytest.mark.linter
+@pytest.mark.pep257
+@pytest.mark.skipif(not SCRIPTS, reason='not in a source checkout (no bench/ or tools/)')
+def test_pep257_of_the_benches_and_tools():
+    main = require_linter('ament_pep257.main').main
+    rc = main(argv=[str(d) for d in SCRIPTS])
     assert rc == 0, 'Found code style errors / warnings'
