@@ -325,11 +325,41 @@ def test_policy_divergence_of_worker_versions_raises_regularization(tmp_path):
     with torch.no_grad():  # a very different current policy
         for p in learner.sac.actor.parameters():
             p.add_(torch.randn_like(p))
-    learner.policy_version = 1
+    # Not yet served: no worker could act with it, so no worker lags behind it.
+    assert learner.check_policy_divergence({0: old.version}) == {0: pytest.approx(1.0)}
+    assert learner.sac.policy_reg_weight == 0.0
+    learner.published(learner.policy_state(), 1)  # served: worker 0 now acts with a stale one
     cosines = learner.check_policy_divergence({0: old.version, 1: 99})
     assert set(cosines) == {0} and cosines[0] < 0.99
     assert learner.sac.policy_reg_weight > 0.0
     assert learner.doctor.metrics()['doctor/min_policy_cosine'] == pytest.approx(cosines[0])
+    assert learner.check_policy_divergence({0: 1}) == {0: pytest.approx(1.0)}
+
+
+def test_a_lockstep_round_of_updates_is_not_a_diverged_worker(tmp_path):
+    """
+    A sync worker acts with the round's policy while the learner updates past it.
+
+    The updates of a round are unpublished, so the worker holds the newest policy there is:
+    the doctor must not pull the actor back towards it, however far the round moved.
+    """
+    cfg = tiny_config(tmp_path, **{'doctor.min_policy_cosine': 0.999,
+                                   'doctor.warmup_updates': 0,
+                                   'doctor.remedy_cooldown_steps': 1})
+    learner = Learner(cfg, OBS, ACT)
+    learner.ingest(transitions(300, np.random.default_rng(6)))
+    learner.published(learner.policy_state(), 0)
+    before = learner.export_policy()
+    probe = torch.as_tensor(learner.doctor.probe)
+    for _ in range(128):  # one round of two updates per transition of a 64-transition batch
+        learner.train_step()
+    with torch.no_grad():
+        moved = 1.0 - torch.nn.functional.cosine_similarity(
+            learner.export_policy()(probe).flatten(), before(probe).flatten(), dim=0).item()
+    assert moved > 1e-3  # the round's updates moved the actor beyond the threshold
+    assert learner.check_policy_divergence({0: 0}) == {0: pytest.approx(1.0)}
+    assert learner.sac.policy_reg_weight == 0.0
+    assert learner.doctor.detections['policy_divergence'] == 0
 
 
 def test_the_averaged_actor_is_evaluated_and_exported_while_workers_act_online(tmp_path):

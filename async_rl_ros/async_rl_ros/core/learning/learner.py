@@ -315,11 +315,14 @@ class Learner:
 
     def check_policy_divergence(self, worker_versions: Mapping[int, int]) -> dict[int, float]:
         """
-        Compare the current policy with the versions the workers act with, on the probe batch.
+        Compare the newest published policy with the versions the workers act with.
 
         The training doctor raises the policy regularization when a worker's policy has
-        diverged (action cosine below ``doctor.min_policy_cosine``); the regularization then
-        pulls the actor towards the oldest version still in use.
+        diverged (action cosine on the probe batch below ``doctor.min_policy_cosine``); the
+        regularization then pulls the actor towards the oldest version still in use. Updates
+        not yet committed are no worker's lag (none can act with them): compared with them, a
+        lockstep round's updates read as a diverged worker (13 pulls towards the round's
+        policy in 110,000 env steps of a sync ``gym:PandaPush-v3`` run).
 
         :param worker_versions: ``{worker_id: policy_version it acts with}``; versions this
             learner no longer remembers are ignored.
@@ -327,10 +330,11 @@ class Learner:
         """
         probe = self.doctor.probe
         known = {w: v for w, v in worker_versions.items() if v in self._published}
-        if probe is None or not known:
+        newest = self._published.get(self.policy_version)
+        if probe is None or not known or newest is None:
             return {}
         obs = torch.as_tensor(np.asarray(probe, dtype=np.float32))
-        current = self.export_policy()
+        current = self.policy_from_state(newest)
         workers = {w: self.policy_from_state(self._published[v]) for w, v in known.items()}
         with torch.no_grad():
             cosines = self.doctor.policy_divergence(

@@ -370,7 +370,7 @@ class TrainingLoop:
             out['transport/commit_ms'] = 1e3 * float(np.mean(self.commit_seconds))
         out.update(self.lag_percentiles())
         # The doctor's policy-similarity check: raises the policy regularization when a
-        # worker acts with a policy that diverged from the learner's.
+        # worker acts with a policy that diverged from the newest one published.
         self.cosines = learner.check_policy_divergence(self.worker_versions)
         out.update(self.source.metrics())
         out.update(self.update_metrics)

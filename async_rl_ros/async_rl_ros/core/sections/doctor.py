@@ -89,8 +89,8 @@ class DoctorConfig(Section):
     reward_min_samples: int = option(1000, 'Rewards a worker must have sent before its scale is '
                                      'compared.', low=1, high=10**9)
     min_policy_cosine: float = option(0.9, 'Smallest healthy cosine similarity between the '
-                                      'actions of the current policy and of a worker policy on '
-                                      'the probe batch.', low=-1.0, high=1.0)
+                                      'actions of the newest published policy and of a worker '
+                                      'policy on the probe batch.', low=-1.0, high=1.0)
     policy_regularization_factor: float = option(1.5, 'Factor the policy regularization weight '
                                                  'is multiplied by when policies diverge.',
                                                  low=1.0, high=100.0)

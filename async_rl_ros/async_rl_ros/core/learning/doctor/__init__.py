@@ -30,8 +30,8 @@ Detectors (symptom -> remedy):
   ``[update_ratio_low, update_ratio_high]`` -> none, a warning only;
 * ``reward_scale``: a worker's reward scale differs from the workers' median by more than
   ``reward_scale_factor`` -> none (the worker is misconfigured; a person must look);
-* ``policy_divergence``: cosine similarity between the current policy's actions and a worker
-  policy's actions on the probe batch below ``min_policy_cosine`` ->
+* ``policy_divergence``: cosine similarity between the actions of the newest published policy
+  and of a worker's policy on the probe batch below ``min_policy_cosine`` ->
   ``scale_policy_regularization(policy_regularization_factor)`` (x1.5);
 * ``exploration``: entropy estimate ``mean(-log pi(a|s))`` below ``min_entropy`` ->
   ``scale_temperature(temperature_factor)`` (+10 % exploration);
