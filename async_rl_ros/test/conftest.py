@@ -73,17 +73,19 @@ def transitions(n: int, rng, worker: int = 0, version: int = 0, obs_dim: int = 5
             'policy_version': np.full(n, version), 'worker_id': np.full(n, worker)}
 
 
-def free_running_loop(learner, take):
+def free_running_loop(learner, take, blocking=False):
     """
     Return a training loop fed by free-running workers whose ``take()`` is the test's.
 
-    The source never blocks, waits or respawns; the sink publishes nothing; no reports.
+    The source never waits or respawns; the sink publishes nothing; no reports. With
+    ``blocking`` it is a lockstep source instead (sync, single process): the loop asks for the
+    next round only when it owes no update.
     """
     from async_rl_ros.core.learning.loop import TrainingLoop
     from async_rl_ros.core.learning.metrics import MetricsLogger
 
     class Workers:
-        blocking = False
+        pass
 
         def wait(self, timeout):
             pass
@@ -100,7 +102,7 @@ def free_running_loop(learner, take):
             return None
 
     source = Workers()
-    source.take = take
+    source.take, source.blocking = take, blocking
     return TrainingLoop(learner, source, Sink(), commit_every=10**6, logger=MetricsLogger(),
                         stats_interval_s=1e9)
 

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The free-running update-to-data bounds and the ramp of the cap (``max_updates_ramp_steps``)."""
+"""The update-to-data bounds and their ramp (``max_updates_ramp_steps``), in every mode."""
 
 from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
@@ -86,6 +86,36 @@ def test_a_slow_source_gets_the_ramped_cap(tmp_path):
     assert seen[784] - seen[400] == pytest.approx(4.0 * 384, abs=1.0)  # the whole cap after
 
 
+def test_lockstep_training_follows_the_same_ramp(tmp_path):
+    """
+    Sync and single-process rounds ramp ``updates_per_step`` as free-running runs ramp the cap.
+
+    Lockstep at the whole ratio from the first update learned nothing on ``gym:PandaPush-v3``
+    where a free-running learner, which trails its workers early, did: the primacy bias.
+    """
+    cfg = tiny_config(tmp_path, updates_per_step=2.0, max_updates_ramp_steps=400,
+                      **{'sac.hidden_sizes': [8]})
+    learner, rng = Learner(cfg, 5, 2), np.random.default_rng(2)
+    seen = {}
+
+    def take():  # one round: the loop asks only when it owes no update
+        assert not loop.owes_update()
+        seen[learner.env_steps] = learner.updates
+        return [Received(transitions(16, rng), 0)]
+
+    loop = free_running_loop(learner, take, blocking=True)
+    while learner.env_steps < 800:
+        loop.step()
+    updates0, steps0 = learner.ready_at
+    assert steps0 == 64  # learning_starts
+    for steps, updates in seen.items():
+        if steps > steps0:
+            assert updates - updates0 == pytest.approx(
+                updates_allowed(2.0, steps, steps0, 400), abs=1.0)
+    assert seen[160] - updates0 < 2.0 * (160 - steps0) / 3  # a third of the ratio early on
+    assert seen[784] - seen[400] == pytest.approx(2.0 * 384, abs=1.0)  # the whole ratio after
+
+
 def test_rate_limited_workers_and_a_ramped_learner_never_wait_for_each_other(tmp_path):
     slack = 32
     cfg = tiny_config(tmp_path, min_updates_per_step=1.0, max_updates_per_step=4.0,
@@ -103,3 +133,50 @@ def test_rate_limited_workers_and_a_ramped_learner_never_wait_for_each_other(tmp
         loop.step()
         assert (learner.env_steps, learner.updates) != before, 'both sides wait'
     assert learner.env_steps > 1000 and learner.updates > 0
+
+
+def test_lockstep_training_commits_once_a_round(tmp_path):
+    """
+    No worker acts inside a lockstep round: a commit there would serve nobody.
+
+    The doctor's divergence check would then compare the round's workers with a policy they
+    never got, as it compared them with the learner's uncommitted updates before.
+    """
+    from async_rl_ros.core.learning.loop import TrainingLoop
+    from async_rl_ros.core.learning.metrics import MetricsLogger
+
+    cfg = tiny_config(tmp_path, updates_per_step=2.0, warmup_steps=0,
+                      **{'sac.hidden_sizes': [8]})
+    learner, rng = Learner(cfg, 5, 2), np.random.default_rng(3)
+    rounds, commits = [], []
+
+    class Round:
+        blocking = True
+
+        def take(self):
+            rounds.append(learner.updates)
+            return [Received(transitions(16, rng), 0)]
+
+        def wait(self, timeout):
+            pass
+
+        def maintain(self, learner):
+            pass
+
+        def metrics(self):
+            return {}
+
+    class Sink:
+
+        def publish(self, state):
+            commits.append(learner.updates)
+            return len(commits) - 1
+
+    loop = TrainingLoop(learner, Round(), Sink(), commit_every=1, logger=MetricsLogger(),
+                        stats_interval_s=1e9)
+    while learner.env_steps < 400:
+        loop.step()
+    assert learner.updates > 500
+    # The first policy at the first batch (warm-up over), then one commit before each round
+    # that follows updates: 32 of them per round at commit_every 1.
+    assert commits[1:] == [u for u in rounds if u > 0]

@@ -126,6 +126,7 @@ class LocalTransport:
             stop=self._ctx.Value('b', 0, lock=False),
             round=self._ctx.Value('q', 0, lock=False),
             round_version=self._ctx.Value('q', -1, lock=False),
+            delivered=self._ctx.Array('q', self.num_workers, lock=False),
             produced=self._ctx.Array('q', self.num_workers, lock=False),
             allowance=self._ctx.Value('q', UNLIMITED, lock=False),
             beat=self._ctx.Value('q', 0, lock=False),

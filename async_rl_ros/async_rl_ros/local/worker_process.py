@@ -59,6 +59,8 @@ class WorkerShared:
     #                     cannot leave a lock or an Event's condition behind)
     round: Any  # noqa: A003 -- Value: lockstep round counter (sync; one writer)
     round_version: Any  # Value: the policy version the workers of a round act with (sync)
+    delivered: Any      # Array: the last round each slot sent its batch for (sync; one
+    #                     writer per slot, so a respawned process knows where its slot is)
     bells: list         # Semaphore per worker slot: rung when a round is released (sync)
     produced: Any       # Array: transitions each worker queued (one writer per slot)
     allowance: Any      # Value: transitions all workers may have queued
@@ -87,7 +89,8 @@ def worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: 
     receiver = LocalWeightReceiver(shared.boards, shared.obs_dim,  # its own policy's layout
                                    Expectation.of_policy(built.worker.policy))
     backend = getattr(built.env.unwrapped, 'backend', None)  # a physical arm reports its own
-    state = {'round': shared.round.value, 'beat': -1}
+    # Lockstep: the last round this slot delivered; the process acts only in a later one.
+    state = {'round': shared.delivered[worker_id] if shared.sync else 0, 'beat': -1}
 
     def send(transitions: dict, episodes: list) -> bool:
         stats = {'worker_id': worker_id, 'steps': built.worker.steps,
@@ -101,10 +104,14 @@ def worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: 
         except queue.Full:
             return False  # never wait for the learner
         shared.produced[worker_id] += len(transitions['reward'])  # this worker's slot only
-        if shared.sync:  # lockstep: wait for the learner's round
-            state['round'] = await_round(shared, worker_id, state['round'])
-            await_round_policy(shared, runtime)
+        if shared.sync:  # lockstep: this was the round's batch; wait for the next round
+            shared.delivered[worker_id] = state['round']
+            await_next_round()
         return True
+
+    def await_next_round() -> None:
+        state['round'] = await_round(shared, worker_id, state['round'])
+        await_round_policy(shared, runtime)
 
     def poll() -> PolicyState | None:
         beat = shared.beat.value
@@ -123,6 +130,11 @@ def worker_main(worker_id: int, env_flat: dict, hidden: tuple[int, ...], batch: 
 
     threading.Thread(target=watch, name='stop', daemon=True).start()
     try:
+        if shared.sync:
+            # The first batch too waits for its round: one sent before the first release was
+            # taken as round 1's, and each round after took the batch of the round before,
+            # stepped while the learner updated, with a policy one round old.
+            await_next_round()
         runtime.run()
     finally:
         receiver.close()

@@ -34,10 +34,10 @@ the ingest, so it gets all the fresh data it can use -- and the learner runs up 
 physical arm at 25 Hz, gets every update the learner can do, up to that cap, which rises over
 ``learner.max_updates_ramp_steps`` (:mod:`.ratio`).
 
-Weights are committed every ``commit_every`` updates, and before a lockstep source is asked
-for data. No policy is published before ``learner.warmup_steps`` transitions arrived: workers
-act at random until then, and a worker that starts later (a respawn) gets the current policy
-at once instead of a warm-up of its own.
+Weights are committed every ``commit_every`` updates for free-running workers, and once a
+round, before it is released, for a lockstep source. No policy is published before
+``learner.warmup_steps`` transitions arrived: workers act at random until then, and a worker
+that starts later (a respawn) gets the current policy at once instead of a warm-up of its own.
 """
 
 from __future__ import annotations
@@ -193,10 +193,9 @@ class TrainingLoop:
             return False
         updates0, steps0 = learner.ready_at  # the rate limit's origin too
         cfg = self.cfg
-        ratio, ramp = ((cfg.updates_per_step, 0) if self.source.blocking  # lockstep: no ramp
-                       else (cfg.max_updates_per_step, cfg.max_updates_ramp_steps))
+        ratio = cfg.updates_per_step if self.source.blocking else cfg.max_updates_per_step
         return learner.updates - updates0 < updates_allowed(ratio, learner.env_steps, steps0,
-                                                            ramp)
+                                                            cfg.max_updates_ramp_steps)
 
     def ingest(self, received: list[Received]) -> None:
         """Store batches, record their policy lag and the finished episodes."""
@@ -218,10 +217,16 @@ class TrainingLoop:
             self.maybe_publish()
 
     def update(self) -> None:
-        """One gradient update; commits and checkpoints when they are due."""
+        """
+        One gradient update; commits and checkpoints when they are due.
+
+        A lockstep loop commits once a round, before it releases the next one
+        (:meth:`step`): no worker acts during a round, so a commit inside one would serve
+        nobody, and the round's workers would then act with a policy older than the newest.
+        """
         self.update_metrics = self.learner.train_step() or self.update_metrics
         self._updates_since_commit += 1
-        if self._updates_since_commit >= self.commit_every:
+        if not self.source.blocking and self._updates_since_commit >= self.commit_every:
             self.commit()
         interval = self.cfg.checkpoint.interval_steps
         if interval and self.learner.updates - self._saved_at >= interval:

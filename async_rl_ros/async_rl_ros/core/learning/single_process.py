@@ -16,7 +16,8 @@
 Single-process training: the training loop with the environment stepped in this process.
 
 The reference loop for tests and for comparisons with other SAC implementations: act, step,
-ingest the transition, update ``updates_per_step`` times, the actor acting with every update
+ingest the transition, update ``updates_per_step`` times (ramped by ``max_updates_ramp_steps``,
+:mod:`~async_rl_ros.core.learning.ratio`), the actor acting with every update
 at once (received as the distributed workers receive it: int8 packets through the shards).
 Random actions until ``warmup_steps`` transitions arrived.
 """

@@ -259,10 +259,10 @@ class LearnerConfig(Section):
                                read_only=True)
     updates_per_step: float = option(2.0, 'Gradient updates per env step (update-to-data '
                                      'ratio) of lockstep training: single-process and sync '
-                                     'training do exactly this many, each env step costing the '
-                                     'learner its wait (free-running workers: '
-                                     'min_updates_per_step).', low=0.0, high=64.0,
-                                     low_open=True)
+                                     'training do this many (after max_updates_ramp_steps), '
+                                     'each env step costing the learner its wait '
+                                     '(free-running workers: min_updates_per_step).',
+                                     low=0.0, high=64.0, low_open=True)
     min_updates_per_step: float = option(1.0, 'Fewest gradient updates per env step that '
                                          'free-running simulated workers may bring the learner '
                                          'down to (the rate limit): their steps cost the '
@@ -275,15 +275,16 @@ class LearnerConfig(Section):
                                          'ratio; at least updates_per_step and '
                                          'min_updates_per_step.', low=0.0, high=64.0,
                                          low_open=True)
-    max_updates_ramp_steps: int = option(0, 'Env steps over which max_updates_per_step '
+    max_updates_ramp_steps: int = option(0, 'Env steps over which the update-to-data ratio '
                                          "rises linearly from 0 at the run's first step to "
-                                         'its value: a slow source (a physical arm) then gets '
-                                         'the few early updates per transition that fast '
-                                         'simulated workers give their learner; the rate '
-                                         'limit never asks for more. 0: the whole cap from '
-                                         'the first update (push and pick_and_place: '
-                                         '25,000, their own defaults). Lockstep training is '
-                                         'not ramped.',
+                                         'its value (max_updates_per_step for free-running '
+                                         'workers, updates_per_step in lockstep: sync, '
+                                         'single): a slow source (a physical arm) and '
+                                         'lockstep training then get the few early updates '
+                                         'per transition that fast simulated workers give '
+                                         'their learner; the rate limit never asks for more. '
+                                         '0: the whole ratio from the first update (push and '
+                                         'pick_and_place: 25,000, their own defaults).',
                                          unit='steps', low=0, high=10**12)
     rate_limit_slack: int = option(2000, 'Transitions free-running simulated workers may run '
                                    'ahead of min_updates_per_step before they pause (they '

@@ -85,7 +85,8 @@ class ParameterServerConfig(Section):
                              'size, so a big layer spreads over several shards.', unit='floats',
                              low=1, high=INT32_MAX, read_only=True)
     commit_every: int = option(8, 'Optimizer steps between two commits of the accumulated '
-                               'parameter change (delayed update; 1 commits every step).',
+                               'parameter change (delayed update; 1 commits every step); '
+                               'lockstep training (sync) commits once a round instead.',
                                unit='updates', low=1, high=10**6, read_only=True)
 
     def check(self, source: str | None, prefix: str) -> None:
