@@ -73,19 +73,18 @@ def transitions(n: int, rng, worker: int = 0, version: int = 0, obs_dim: int = 5
             'policy_version': np.full(n, version), 'worker_id': np.full(n, worker)}
 
 
-def free_running_loop(learner, take, blocking=False):
+def scripted_loop(learner, take, blocking=False, publish=None, commit_every=10**6):
     """
-    Return a training loop fed by free-running workers whose ``take()`` is the test's.
+    Return a training loop whose source's ``take()`` is the test's (free-running workers).
 
-    The source never waits or respawns; the sink publishes nothing; no reports. With
-    ``blocking`` it is a lockstep source instead (sync, single process): the loop asks for the
-    next round only when it owes no update.
+    The source never waits or respawns; no reports. With ``blocking`` it is a lockstep source
+    instead (sync, single process): the loop asks for the next round only when it owes no
+    update. ``publish(state)`` is the sink's (default: nothing is published).
     """
     from async_rl_ros.core.learning.loop import TrainingLoop
     from async_rl_ros.core.learning.metrics import MetricsLogger
 
     class Workers:
-        pass
 
         def wait(self, timeout):
             pass
@@ -99,12 +98,12 @@ def free_running_loop(learner, take, blocking=False):
     class Sink:
 
         def publish(self, state):
-            return None
+            return None if publish is None else publish(state)
 
     source = Workers()
     source.take, source.blocking = take, blocking
-    return TrainingLoop(learner, source, Sink(), commit_every=10**6, logger=MetricsLogger(),
-                        stats_interval_s=1e9)
+    return TrainingLoop(learner, source, Sink(), commit_every=commit_every,
+                        logger=MetricsLogger(), stats_interval_s=1e9)
 
 
 @pytest.fixture

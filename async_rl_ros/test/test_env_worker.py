@@ -23,7 +23,7 @@ from async_rl_ros.core.workers.env_worker import (EnvWorker, NO_POLICY, WorkerPa
                                                   WorkerPolicy)
 from async_rl_ros.core.workers.runtime import BuiltWorker, WorkerRuntime
 from async_rl_ros.envs.reach_env import make_reach_env
-from conftest import free_running_loop, tiny_config, transitions
+from conftest import scripted_loop, tiny_config, transitions
 import numpy as np
 import pytest
 
@@ -266,7 +266,7 @@ def test_a_resumed_learner_and_its_workers_never_wait_for_each_other(tmp_path):
         room = learner.env_steps_wanted(slack) - learner.env_steps
         return [Received(transitions(min(32, room), rng), 0)] if room > 0 else []
 
-    loop = free_running_loop(learner, take)
+    loop = scripted_loop(learner, take)
     for _ in range(200):
         before = (learner.env_steps, learner.updates)
         loop.step()

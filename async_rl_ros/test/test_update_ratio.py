@@ -18,7 +18,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import Received
 from async_rl_ros.core.learning.ratio import (counted_steps, steps_for, steps_wanted,
                                               updates_allowed)
-from conftest import free_running_loop, tiny_config, transitions
+from conftest import scripted_loop, tiny_config, transitions
 import numpy as np
 import pytest
 import torch
@@ -60,20 +60,31 @@ def test_the_rate_limit_never_waits_for_updates_the_ramped_cap_forbids(seed):
         assert updates_allowed(cap, stop, origin, ramp) > updates
 
 
-def test_a_slow_source_gets_the_ramped_cap(tmp_path):
-    """A paced arm: the next batch only once the learner has done what it may; ramp 400."""
-    cfg = tiny_config(tmp_path, max_updates_per_step=4.0, max_updates_ramp_steps=400,
-                      rate_limit_slack=0, **{'sac.hidden_sizes': [8]})
+@pytest.mark.parametrize('blocking', [False, True], ids=['free-running', 'lockstep'])
+def test_the_ratio_follows_its_ramp(tmp_path, blocking):
+    """
+    A slow source gets the ramped cap, and lockstep rounds the ramped ``updates_per_step``.
+
+    Free-running: a paced arm, whose next batch comes only once the learner has done what it
+    may. Lockstep (sync, single process): at the whole ratio from its first update, sync
+    learned nothing on ``gym:PandaPush-v3`` where a learner that trails its workers early
+    did (the primacy bias).
+    """
+    ratio = 2.0 if blocking else 4.0
+    cfg = tiny_config(tmp_path, max_updates_ramp_steps=400, rate_limit_slack=0,
+                      **{'updates_per_step' if blocking else 'max_updates_per_step': ratio,
+                         'sac.hidden_sizes': [8]})
     learner, rng = Learner(cfg, 5, 2), np.random.default_rng(0)
     seen = {}
 
     def take():  # the next batch only once the learner has done what it may
         if loop.owes_update():
+            assert not blocking  # a lockstep loop asks for a round only when it owes none
             return []
         seen[learner.env_steps] = learner.updates
         return [Received(transitions(16, rng), 0)]
 
-    loop = free_running_loop(learner, take)
+    loop = scripted_loop(learner, take, blocking=blocking)
     while learner.env_steps < 800:
         loop.step()
     updates0, steps0 = learner.ready_at
@@ -81,39 +92,9 @@ def test_a_slow_source_gets_the_ramped_cap(tmp_path):
     for steps, updates in seen.items():
         if steps > steps0:
             assert updates - updates0 == pytest.approx(
-                updates_allowed(4.0, steps, steps0, 400), abs=1.0)
-    assert seen[160] - updates0 < 160                  # below 1 per step early in the ramp
-    assert seen[784] - seen[400] == pytest.approx(4.0 * 384, abs=1.0)  # the whole cap after
-
-
-def test_lockstep_training_follows_the_same_ramp(tmp_path):
-    """
-    Sync and single-process rounds ramp ``updates_per_step`` as free-running runs ramp the cap.
-
-    Lockstep at the whole ratio from the first update learned nothing on ``gym:PandaPush-v3``
-    where a free-running learner, which trails its workers early, did: the primacy bias.
-    """
-    cfg = tiny_config(tmp_path, updates_per_step=2.0, max_updates_ramp_steps=400,
-                      **{'sac.hidden_sizes': [8]})
-    learner, rng = Learner(cfg, 5, 2), np.random.default_rng(2)
-    seen = {}
-
-    def take():  # one round: the loop asks only when it owes no update
-        assert not loop.owes_update()
-        seen[learner.env_steps] = learner.updates
-        return [Received(transitions(16, rng), 0)]
-
-    loop = free_running_loop(learner, take, blocking=True)
-    while learner.env_steps < 800:
-        loop.step()
-    updates0, steps0 = learner.ready_at
-    assert steps0 == 64  # learning_starts
-    for steps, updates in seen.items():
-        if steps > steps0:
-            assert updates - updates0 == pytest.approx(
-                updates_allowed(2.0, steps, steps0, 400), abs=1.0)
-    assert seen[160] - updates0 < 2.0 * (160 - steps0) / 3  # a third of the ratio early on
-    assert seen[784] - seen[400] == pytest.approx(2.0 * 384, abs=1.0)  # the whole ratio after
+                updates_allowed(ratio, steps, steps0, 400), abs=1.0)
+    assert seen[160] - updates0 < ratio * (160 - steps0) / 3  # a third of the ratio early on
+    assert seen[784] - seen[400] == pytest.approx(ratio * 384, abs=1.0)  # the whole one after
 
 
 def test_rate_limited_workers_and_a_ramped_learner_never_wait_for_each_other(tmp_path):
@@ -127,7 +108,7 @@ def test_rate_limited_workers_and_a_ramped_learner_never_wait_for_each_other(tmp
         room = learner.env_steps_wanted(slack) - learner.env_steps
         return [Received(transitions(min(16, room), rng), 0)] if room > 0 else []
 
-    loop = free_running_loop(learner, take)
+    loop = scripted_loop(learner, take)
     for _ in range(1500):
         before = (learner.env_steps, learner.updates)
         loop.step()
@@ -142,38 +123,20 @@ def test_lockstep_training_commits_once_a_round(tmp_path):
     The doctor's divergence check would then compare the round's workers with a policy they
     never got, as it compared them with the learner's uncommitted updates before.
     """
-    from async_rl_ros.core.learning.loop import TrainingLoop
-    from async_rl_ros.core.learning.metrics import MetricsLogger
-
     cfg = tiny_config(tmp_path, updates_per_step=2.0, warmup_steps=0,
                       **{'sac.hidden_sizes': [8]})
     learner, rng = Learner(cfg, 5, 2), np.random.default_rng(3)
     rounds, commits = [], []
 
-    class Round:
-        blocking = True
+    def take():
+        rounds.append(learner.updates)
+        return [Received(transitions(16, rng), 0)]
 
-        def take(self):
-            rounds.append(learner.updates)
-            return [Received(transitions(16, rng), 0)]
+    def publish(state):
+        commits.append(learner.updates)
+        return len(commits) - 1
 
-        def wait(self, timeout):
-            pass
-
-        def maintain(self, learner):
-            pass
-
-        def metrics(self):
-            return {}
-
-    class Sink:
-
-        def publish(self, state):
-            commits.append(learner.updates)
-            return len(commits) - 1
-
-    loop = TrainingLoop(learner, Round(), Sink(), commit_every=1, logger=MetricsLogger(),
-                        stats_interval_s=1e9)
+    loop = scripted_loop(learner, take, blocking=True, publish=publish, commit_every=1)
     while learner.env_steps < 400:
         loop.step()
     assert learner.updates > 500
