@@ -30,7 +30,7 @@ behind them early, had done 0.08, 0.24 and 0.77 updates per env step by 1,000, 3
 10,000 and learned. Early updates on few data points overfit them and are hard to undo (the primacy
 bias, Nikishin et al., 2022); the ramp gives a slow source the early ratio a fast one has.
 Lockstep training, whose ratio is whole from its first update, gets it as well: on
-``gym:PandaPush-v3`` (seed 1) lockstep runs without it stood at 0.15-0.25 success as far as
+``gym:PandaPush-v3`` (seed 1) lockstep runs without it stood at 0.12-0.25 success as far as
 they went (42,000-110,000 env steps), and sync with a 10,000-step ramp reached 0.50 at 76,800
 where async runs had at 56,000-102,000.
 
