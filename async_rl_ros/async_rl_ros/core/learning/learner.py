@@ -330,15 +330,14 @@ class Learner:
         """
         probe = self.doctor.probe
         known = {w: v for w, v in worker_versions.items() if v in self._published}
-        newest = self._published.get(self.policy_version)
-        if probe is None or not known or newest is None:
+        if probe is None or not known or self.policy_version not in self._published:
             return {}
         obs = torch.as_tensor(np.asarray(probe, dtype=np.float32))
-        current = self.policy_from_state(newest)
-        workers = {w: self.policy_from_state(self._published[v]) for w, v in known.items()}
-        with torch.no_grad():
-            cosines = self.doctor.policy_divergence(
-                current(obs).numpy(), {w: p(obs).numpy() for w, p in workers.items()})
+        with torch.no_grad():  # each version's actions once (workers mostly share the newest)
+            actions = {v: self.policy_from_state(self._published[v])(obs).numpy()
+                       for v in {self.policy_version, *known.values()}}
+        cosines = self.doctor.policy_divergence(
+            actions[self.policy_version], {w: actions[v] for w, v in known.items()})
         if self.sac.policy_reg_weight > 0.0:
             self.sac.set_reference_policy(dict(self._published[min(known.values())].actor))
         return cosines

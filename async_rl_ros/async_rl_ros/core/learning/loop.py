@@ -222,7 +222,8 @@ class TrainingLoop:
 
         A lockstep loop commits once a round, before it releases the next one
         (:meth:`step`): no worker acts during a round, so a commit inside one would serve
-        nobody, and the round's workers would then act with a policy older than the newest.
+        nobody, and the doctor would compare the round's workers with a version they never
+        got (:meth:`Learner.check_policy_divergence`).
         """
         self.update_metrics = self.learner.train_step() or self.update_metrics
         self._updates_since_commit += 1
