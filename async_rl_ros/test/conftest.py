@@ -16,6 +16,7 @@
 
 import importlib
 import os
+import pathlib
 import sys
 
 import pytest
@@ -23,6 +24,11 @@ import pytest
 # The test directory is not a package (colcon runs pytest from the package root):
 # make ``from conftest import ...`` work from every test module.
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+#: the repository's scripts beside the package (benches, tools), linted by the package's rules
+SCRIPTS = [d for d in (pathlib.Path(__file__).resolve().parents[2] / name
+                       for name in ('bench', 'tools')) if d.is_dir()]
 
 
 def require_linter(module: str):

@@ -12,9 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-import pathlib
-
-from conftest import require_linter
+from conftest import require_linter, SCRIPTS
 import pytest
 
 
@@ -24,11 +22,6 @@ def test_flake8():
     main_with_errors = require_linter('ament_flake8.main').main_with_errors
     rc, errors = main_with_errors(argv=[])
     assert rc == 0, 'Found %d code style errors / warnings:\n' % len(errors) + '\n'.join(errors)
-
-
-#: the repository's scripts beside the package (benches, tools), linted by the same rules
-SCRIPTS = [d for d in (pathlib.Path(__file__).resolve().parents[2] / name
-                       for name in ('bench', 'tools')) if d.is_dir()]
 
 
 @pytest.mark.flake8

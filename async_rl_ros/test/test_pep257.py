@@ -12,9 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-from conftest import require_linter
+from conftest import require_linter, SCRIPTS
 import pytest
-from test_flake8 import SCRIPTS
 
 
 @pytest.mark.linter
