@@ -53,7 +53,8 @@ import sys
 import time
 from typing import Any
 
-import _results  # beside this script (bench/ is on sys.path)
+import _overrides  # beside this script (bench/ is on sys.path)
+import _results
 
 HEADER = f'{"env steps":>10}{"arm min":>9}{"success":>9}'
 
@@ -72,10 +73,7 @@ def main() -> None:
     parser.add_argument('--threshold', type=float, default=0.95,
                         help='success rate that counts as reliable (0.9 for the cube tasks)')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--set', dest='overrides', action='append', default=[],
-                        metavar='KEY=VALUE', help='one setting other than the shipped one, as '
-                        'async-rl-train --set takes it (repeatable), e.g. --set '
-                        'learner.max_updates_per_step=1')
+    _overrides.add_argument(parser)
     parser.add_argument('--keep', default=None,
                         help='folder of the checkpoints of the run, resumed from by the same '
                         'command (default: runs/bench/arm_time_<task>_seed<S>_'
@@ -244,17 +242,11 @@ def _configure(args: argparse.Namespace) -> tuple[dict, Any, Any, Any]:
 
     :raises ConfigError: a bad ``--set``, or one of a key the bench sets itself.
     """
-    from async_rl_ros.core.config import ConfigError
     from async_rl_ros.envs.tasks import load_sections
-    from async_rl_ros.local.cli import default_config_path, parse_overrides, split_overrides
+    from async_rl_ros.local.cli import default_config_path
 
-    nodes = split_overrides(parse_overrides(args.overrides))
-    for node, keys in _FIXED.items():
-        for key in keys:
-            if key in nodes[node]:
-                raise ConfigError('--set', f'{node}.{key}', f'a key the bench does not set '
-                                  f'itself: the pace and one async worker are the bench, '
-                                  f'{_FLAGS} set the rest')
+    nodes = _overrides.by_node(args.overrides, _FIXED, 'the pace and one async worker are the '
+                               f'bench, {_FLAGS}')
     env = {**nodes['env_worker'], 'sim.real_time': True, 'seed': args.seed}
     if args.task:
         env['task.name'] = args.task
@@ -266,9 +258,7 @@ def _configure(args: argparse.Namespace) -> tuple[dict, Any, Any, Any]:
     runner = {**nodes['local_runner'], 'mode': 'async', 'num_workers': 1}
     loaded = load_sections(path, {'env_worker': env, 'learner': learner, 'local_runner': runner},
                            ('learner', 'local_runner'))  # over the task's own defaults
-    given = {f'{node}.{key}': value for node, values in nodes.items()
-             for key, value in values.items()}
-    return given, env_cfg, loaded['learner'], loaded['local_runner']
+    return _overrides.flat(nodes), env_cfg, loaded['learner'], loaded['local_runner']
 
 
 def _default_keep(env_cfg, cfg, seed: int) -> str:

@@ -39,8 +39,11 @@ train everything again), so a stopped run loses only the setting in progress.
 
 Usage: ``python bench/time_to_success.py [--quick] [--task NAME] [--target F] [--workers W]
 [--budget-s S] [--sb3-budget-s S] [--baseline sac|sac_her|tqc_her] [--seed N]
-[--results PATH] [--fresh]``; the last line is a JSON summary (``null`` where a setting did
-not reach the target in its budget; ``speedup_vs_sb3_at_least`` then bounds the speed-up by the
+[--results PATH] [--fresh] [--set KEY=VALUE ...]``; ``--set`` changes one setting of the
+shipped configuration for async and sync alike, as ``async-rl-train --set`` does (not the ones
+the bench fixes itself: the modes, the seeds, the workers, the first batch), and the JSON lists
+them under ``settings``. The last line is a JSON summary (``null`` where a setting did not
+reach the target in its budget; ``speedup_vs_sb3_at_least`` then bounds the speed-up by the
 baseline's budget).
 """
 
@@ -53,20 +56,26 @@ import os
 import time
 
 from _baselines import baseline_env, make_baseline  # beside this script
+import _overrides
 import _results
 from _scores import NAMES  # the learners' names, as the sample-efficiency bench prints them
 import numpy as np
 
 EVAL_SEED = 2_000_000
+#: What the bench sets itself: a ``--set`` of these is refused, not silently overridden.
+_FIXED = {'env_worker': ('seed', 'task.name'),
+          'learner': ('seed', 'total_env_steps', 'batch.initial_batch', 'checkpoint.directory'),
+          'local_runner': ('mode', 'num_workers')}
 
 
-def _eval_env(task: str, seed: int = 0, baseline: str | None = None):
+def _eval_env(task: str, seed: int = 0, baseline: str | None = None, nodes: dict | None = None):
     """Return the env a setting is evaluated on: the task's flat env, or the baseline's."""
     from async_rl_ros.envs.factory import evaluation_env, outside_training
 
+    env_cfg = _configs(10**9, seed, task, nodes)[0]
     if baseline is not None and baseline != 'sac':
-        return baseline_env(task, outside_training(_configs(10**9, seed, task)[0]))
-    return evaluation_env(_configs(10**9, seed, task)[0])[0]
+        return baseline_env(task, outside_training(env_cfg))
+    return evaluation_env(env_cfg)[0]
 
 
 def _success(act, episodes: int, env) -> float:
@@ -75,28 +84,33 @@ def _success(act, episodes: int, env) -> float:
     return run_episodes(env, act, episodes, seed=EVAL_SEED).success_rate
 
 
-def _configs(budget_steps: int, seed: int, task: str = 'reach'):
+def _configs(budget_steps: int, seed: int, task: str = 'reach', nodes: dict | None = None):
+    """Return the env, learner and runner sections: shipped, ``nodes`` (``--set``), the bench's."""
     from async_rl_ros.envs.tasks import load_sections
     from async_rl_ros.local.cli import default_config_path
+    nodes = nodes or {}
     loaded = load_sections(default_config_path(), {
-        'env_worker': {'seed': seed, 'task.name': task},
-        'learner': {'seed': seed, 'total_env_steps': budget_steps, 'batch.initial_batch': 256,
-                    'checkpoint.directory': '/tmp/async_rl_bench_tts'}},
+        'env_worker': {**nodes.get('env_worker', {}), 'seed': seed, 'task.name': task},
+        'learner': {**nodes.get('learner', {}), 'seed': seed, 'total_env_steps': budget_steps,
+                    'batch.initial_batch': 256,
+                    'checkpoint.directory': '/tmp/async_rl_bench_tts'},
+        'local_runner': nodes.get('local_runner', {})},
         ('env_worker', 'learner', 'local_runner'))  # over the task's own defaults
     return loaded['env_worker'], loaded['learner'], loaded['local_runner']
 
 
 def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed: int = 0,
-               task: str = 'reach') -> tuple[list[tuple[float, object]], dict[str, float]]:
+               task: str = 'reach', nodes: dict | None = None
+               ) -> tuple[list[tuple[float, object]], dict[str, float]]:
     """
-    Train as ``async-rl-train`` does (shipped defaults).
+    Train as ``async-rl-train`` does (shipped defaults, and ``nodes``: the ``--set`` ones).
 
     :returns: timed policy snapshots, and the run's updates/s and env steps/s.
     """
     from async_rl_ros.core.learning.metrics import MetricsLogger
     from async_rl_ros.local.train import LocalRun
 
-    env_cfg, cfg, rcfg = _configs(10**9, seed, task)
+    env_cfg, cfg, rcfg = _configs(10**9, seed, task, nodes)
     run = LocalRun(env_cfg, cfg, rcfg.replace(mode=mode, num_workers=workers),
                    logger=MetricsLogger())
     snapshots: list[tuple[float, object]] = []
@@ -195,7 +209,7 @@ def time_to(snapshots, threshold: float, episodes: int, act_of, make_env=None
 
 def _key(name: str, args, sb3_budget: float) -> dict:
     """Return what a stored result of setting ``name`` must have been measured under."""
-    env_cfg, cfg, rcfg = _configs(10**9, args.seed, args.task)
+    env_cfg, cfg, rcfg = _configs(10**9, args.seed, args.task, args.nodes)
     ours = name != 'sb3'
     return {'setting': name, 'task': args.task, 'seed': args.seed, 'target': args.target,
             'budget_s': args.budget_s if ours else sb3_budget, 'snapshot_s': args.snapshot_s,
@@ -235,15 +249,21 @@ def main() -> None:
                         'none)')
     parser.add_argument('--fresh', action='store_true',
                         help='train every setting again, even those in the results file')
+    _overrides.add_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.budget_s, args.sb3_budget_s, args.snapshot_s, args.episodes = 12.0, 12.0, 4.0, 5
     sb3_budget = args.sb3_budget_s or 3.0 * args.budget_s
     if args.baseline is None:
         args.baseline = 'tqc_her' if args.task.startswith('gym:') else 'sac'
-    from async_rl_ros.core.config import EnvWorkerConfig
-    from async_rl_ros.envs.tasks import resolve_task
-    resolve_task(EnvWorkerConfig().replace(**{'task.name': args.task}))  # fail before runs
+    from async_rl_ros.core.config import ConfigError
+    try:  # a bad --task or --set: one line naming it, exit 2, before anything trains
+        args.nodes = _overrides.by_node(args.overrides, _FIXED, 'async and sync are the modes '
+                                        'it measures, at the first batch of 256 the baseline '
+                                        'trains with; --task, --seed, --workers')
+        _configs(10**9, args.seed, args.task, args.nodes)
+    except ConfigError as exc:
+        parser.exit(2, f'time_to_success.py: {exc}\n')
     if args.results is None:
         args.results = _results.default_path('time_to_success', args.task, args.quick)
     stored = [] if args.fresh else _results.load(args.results)
@@ -255,13 +275,13 @@ def main() -> None:
     task, seed = args.task, args.seed
     for name, train, act_of, make_env in (
             ('async', lambda: run_runner('async', args.workers, args.budget_s,
-                                         args.snapshot_s, seed, task), ours,
-             lambda: _eval_env(task, seed)),
+                                         args.snapshot_s, seed, task, args.nodes), ours,
+             lambda: _eval_env(task, seed, nodes=args.nodes)),
             ('sync', lambda: run_runner('sync', args.workers, args.budget_s,
-                                        args.snapshot_s, seed, task), ours,
-             lambda: _eval_env(task, seed)),
+                                        args.snapshot_s, seed, task, args.nodes), ours,
+             lambda: _eval_env(task, seed, nodes=args.nodes)),
             ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, seed, task, args.baseline),
-             lambda p: p, lambda: _eval_env(task, seed, args.baseline))):
+             lambda p: p, lambda: _eval_env(task, seed, args.baseline, args.nodes))):
         key = _key(name, args, sb3_budget)
         found = _results.find(stored, key)
         if found is not None:
@@ -277,9 +297,12 @@ def main() -> None:
         print(f'{name}: {"not reached" if seconds is None else f"{seconds:.0f} s"}  '
               + ', '.join(f'{t:.0f}s:{r:.2f}' for t, r in curve), flush=True)
 
+    given = _overrides.flat(args.nodes)
+    changed = ', '.join(f'{name}={value}' for name, value in given.items())
     print(f'\n{task}: time to {100 * args.target:.0f} % success (deterministic policy, '
           f'{args.episodes} episodes per snapshot), budget {args.budget_s:.0f} s for async and '
-          f'sync ({args.workers or "default"} workers), {sb3_budget:.0f} s for '
+          f'sync ({args.workers or "default"} workers; shipped defaults'
+          f'{f" and {changed}" if changed else ""}), {sb3_budget:.0f} s for '
           f'{NAMES[args.baseline]} (row sb3), seed {args.seed}')
     print(f'{"":<6} {"to target":>12} {"updates/s":>10} {"env steps/s":>12}   curve')
     for name, (seconds, curve) in results.items():
@@ -298,7 +321,7 @@ def main() -> None:
                       'updates_per_s': {k: round(v['updates_per_s'], 1)
                                         for k, v in rates.items()},
                       'budget_s': args.budget_s, 'sb3_budget_s': sb3_budget,
-                      'seed': args.seed}))
+                      'seed': args.seed, 'settings': given}))
 
 
 if __name__ == '__main__':

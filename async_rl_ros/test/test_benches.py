@@ -440,6 +440,47 @@ def test_time_to_success_keeps_each_finished_setting(monkeypatch, tmp_path, caps
     assert trained[6:] == ['async', 'sync', 'sb3']
 
 
+def test_time_to_success_sets_async_and_sync_alike_and_refuses_what_it_fixes(
+        monkeypatch, tmp_path, capsys):
+    """A --set reaches both of our runs and their key; the baseline's result stands."""
+    bench = _load('time_to_success')
+    trained = []
+
+    def run_runner(mode, workers, budget_s, snapshot_s, seed, task, nodes):
+        cfg = bench._configs(10**9, seed, task, nodes)[1]
+        trained.append((mode, cfg.max_updates_ramp_steps, cfg.seed, cfg.batch.initial_batch))
+        return [(10.0, mode)], {'updates_per_s': 5.0, 'env_steps_per_s': 7.0}
+
+    monkeypatch.setattr(bench, 'run_runner', run_runner)
+    monkeypatch.setattr(bench, 'run_sb3', lambda *a: (trained.append(('sb3',)) or (
+        [(10.0, 'sb3')], {'updates_per_s': 1.0, 'env_steps_per_s': 1.0})))
+    monkeypatch.setattr(bench, 'time_to', lambda *a: (None, [(10.0, 0.0)]))
+    results = tmp_path / 'tts.jsonl'
+
+    def main(*extra):
+        monkeypatch.setattr(sys, 'argv', ['time_to_success.py', '--budget-s', '30', '--seed',
+                                          '3', '--results', str(results), *extra])
+        bench.main()
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    shipped = bench._configs(10**9, 3)[1].max_updates_ramp_steps
+    assert main()['settings'] == {}
+    assert trained == [('async', shipped, 3, 256), ('sync', shipped, 3, 256), ('sb3',)]
+    ramped = main('--set', 'learner.max_updates_ramp_steps=700')
+    assert ramped['settings'] == {'learner.max_updates_ramp_steps': 700}
+    # Our two runs again under the setting (a result of the shipped one does not answer);
+    # the baseline brings its own learner, so its result is read back.
+    assert trained[3:] == [('async', 700, 3, 256), ('sync', 700, 3, 256)]
+    for key in ('learner.seed=1', 'learner.batch.initial_batch=64', 'local_runner.mode=single'):
+        proc = subprocess.run([sys.executable, str(BENCH / 'time_to_success.py'), '--quick',
+                               '--results', '', '--set', key], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 2 and proc.stdout == '', proc
+        assert proc.stderr.startswith(f"time_to_success.py: --set = '{key.partition('=')[0]}' "
+                                      'is not allowed (a key the bench does not set'), proc
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 def test_batch_lag_measures_what_the_learner_receives():
     bench = _load('batch_lag')
     row = bench.measure(commit_every=1, max_batch_lag=4, seconds=1.0)
