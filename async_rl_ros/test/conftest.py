@@ -15,6 +15,7 @@
 """Shared test helpers."""
 
 import importlib
+import importlib.util
 import os
 import pathlib
 import sys
@@ -26,9 +27,22 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+#: the repository's root: the package's folder, the messages, bench/, docs/ (a source checkout)
+REPO = pathlib.Path(__file__).resolve().parents[2]
+#: the repository's bench folder (absent outside a source checkout)
+BENCH = REPO / 'bench'
 #: the repository's scripts beside the package (benches, tools), linted by the package's rules
-SCRIPTS = [d for d in (pathlib.Path(__file__).resolve().parents[2] / name
-                       for name in ('bench', 'tools')) if d.is_dir()]
+SCRIPTS = [d for d in (BENCH, BENCH.parent / 'tools') if d.is_dir()]
+
+
+def load_bench(name: str):
+    """Import ``bench/<name>.py`` as the script runs: its folder on ``sys.path`` (``_*.py``)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f'bench_{name}', BENCH / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def require_linter(module: str):

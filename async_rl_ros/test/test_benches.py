@@ -14,31 +14,20 @@
 
 """The benches still run against the package's API (tiny budgets: smoke tests, not figures)."""
 
-import importlib.util
 import json
 import pathlib
 import signal
 import subprocess
 import sys
 
+from conftest import BENCH, load_bench
 import pytest
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / 'bench'
 # A module whose name starts with '_' is shared by the benches, not a bench itself.
 SCRIPTS = (sorted(p for p in BENCH.glob('*.py') if not p.name.startswith('_'))
            if BENCH.is_dir() else [])
 
 pytestmark = pytest.mark.skipif(not SCRIPTS, reason='bench/ is not beside the package')
-
-
-def _load(name: str):
-    # As when the bench runs as a script: its folder is on sys.path (for bench/_baselines.py).
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f'bench_{name}', BENCH / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize('script', SCRIPTS, ids=lambda p: p.stem)
@@ -50,7 +39,7 @@ def test_every_bench_has_a_quick_mode(script):
 
 
 def test_sample_efficiency_trains_and_scores_marks(capsys):
-    bench = _load('sample_efficiency')
+    bench = load_bench('sample_efficiency')
     result = bench.run_ours(0, 120, [60, 120])
     assert sorted(result['curve']) == [60, 120]
     assert all(0.0 <= rate <= 1.0 for rate in result['curve'].values())
@@ -89,7 +78,7 @@ def _run(key, seed, curve, seconds_per_step=0.01):
 
 def test_the_summary_counts_steps_to_90_and_compares_with_the_better_baseline():
     """The JSON keys the issues judge by, on made-up curves (no training)."""
-    scores = _load('_scores')
+    scores = load_bench('_scores')
     marks = (1000, 2000, 3000, 4000)
     ours = [scores.score(_run('ours', s, dict(zip(marks, c)))) for s, c in enumerate([
         (0.5, 0.9, 0.95, 0.925),   # 90 % at 2,000, 95 % at 3,000 and stays above 90 %
@@ -123,7 +112,7 @@ def test_the_summary_counts_steps_to_90_and_compares_with_the_better_baseline():
 
 def test_a_run_done_again_replaces_the_earlier_one_in_the_results_file(tmp_path):
     """After ``--fresh`` the run measured last is the one a later invocation reports."""
-    results = _load('_results')
+    results = load_bench('_results')
     path, key = str(tmp_path / 'results.jsonl'), {'impl': 'ours', 'seed': 0}
     results.save(path, key, {'curve': {'1000': 0.5}})
     results.save(path, {'impl': 'ours', 'seed': 1}, {'curve': {'1000': 0.7}})
@@ -136,7 +125,8 @@ def test_finished_runs_are_kept_beside_the_trainers_runs_not_in_tmp():
     """A reboot that empties ``/tmp`` must not lose a long bench's finished seeds."""
     from async_rl_ros.core.sections.learning import LearnerConfig
 
-    path = pathlib.PurePath(_load('_results').default_path('arm_time', 'gym:PandaPush-v3', False))
+    results = load_bench('_results')
+    path = pathlib.PurePath(results.default_path('arm_time', 'gym:PandaPush-v3', False))
     assert not path.is_absolute()  # under the working directory, as the trainer's run folders
     assert path.parts[0] == pathlib.PurePath(LearnerConfig().log_dir).parts[0]
     assert path.name == 'arm_time_gym_PandaPush-v3.jsonl'
@@ -146,7 +136,7 @@ def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys)
     """A session that ends mid-run loses the steps since the last mark, not the run."""
     from async_rl_ros.core.learning import single_process
 
-    bench = _load('sample_efficiency')
+    bench = load_bench('sample_efficiency')
     keep = tmp_path / 'unfinished'
     seen, stop = _watch_marks(bench, monkeypatch)
     stop['at'] = 120
@@ -174,7 +164,7 @@ def test_a_stopped_run_goes_on_from_its_last_mark(monkeypatch, tmp_path, capsys)
 
 def test_a_stopped_baseline_goes_on_from_its_last_mark(monkeypatch, tmp_path):
     pytest.importorskip('stable_baselines3')
-    bench = _load('sample_efficiency')
+    bench = load_bench('sample_efficiency')
     keep = tmp_path / 'unfinished'
     loaded = []
     seen, stop = _watch_marks(bench, monkeypatch)
@@ -197,7 +187,7 @@ def test_a_stopped_baseline_goes_on_from_its_last_mark(monkeypatch, tmp_path):
 
 
 def test_what_cannot_be_resumed_is_said_and_run_afresh(tmp_path, capsys):
-    bench = _load('sample_efficiency')
+    bench = load_bench('sample_efficiency')
     unfinished = bench.Unfinished(tmp_path)
     unfinished.save(60, {'curve': {60: 0.5}, 'seconds': {60: 1.0}},
                     lambda folder: (folder / 'ckpt_000000001.pt').write_bytes(b'\0' * 64))
@@ -211,7 +201,7 @@ def test_a_baseline_leaves_no_log_folders_behind(monkeypatch, tmp_path):
     pytest.importorskip('stable_baselines3')
     import tempfile
 
-    bench = _load('sample_efficiency')
+    bench = load_bench('sample_efficiency')
     monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
     env_cfg = bench._configs(0, 200, 'reach')[0]
     model, _, eval_env = bench.make_baseline('sac_her', 'reach', 0, 200, env_cfg)
@@ -231,7 +221,7 @@ def test_a_baseline_trains_with_the_run_s_held_starts_and_is_judged_without_them
     pytest.importorskip('stable_baselines3')
     from async_rl_ros.envs.manipulation_task import REST_HEIGHT
 
-    bench = _load('sample_efficiency')
+    bench = load_bench('sample_efficiency')
     env_cfg = bench._configs(0, 200, 'pick_and_place')[0].replace(
         **{'sim.cube_in_gripper': 1.0})
     model, _, eval_env = bench.make_baseline(impl, 'pick_and_place', 0, 200, env_cfg)
@@ -252,8 +242,8 @@ def test_a_baseline_trains_with_the_run_s_held_starts_and_is_judged_without_them
 @pytest.mark.parametrize('rate, steps', [(None, 40), (25.0, 100)])
 def test_a_baseline_acts_at_the_run_s_rate_with_its_time_limit(rate, steps):
     """pick_and_place's own 10 Hz, or the 25 Hz a run sets back: the baseline's env follows."""
-    bench = _load('sample_efficiency')
-    baselines = _load('_baselines')
+    bench = load_bench('sample_efficiency')
+    baselines = load_bench('_baselines')
     env_cfg = bench._configs(0, 200, 'pick_and_place')[0]
     if rate is not None:
         env_cfg = env_cfg.replace(**{'task.control_hz': rate})
@@ -267,7 +257,7 @@ def test_a_baseline_acts_at_the_run_s_rate_with_its_time_limit(rate, steps):
 
 def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatch):
     """A default changed since (here the reach action) runs the job again."""
-    bench = _load('sample_efficiency')
+    bench = load_bench('sample_efficiency')
     job = ('ours', 0, 1000, [500, 1000], 'reach')
     baseline = ('sac_her', 0, 1000, [500, 1000], 'reach')
     shipped, shipped_baseline = bench._job_key(job, 500), bench._job_key(baseline, 500)
@@ -354,7 +344,7 @@ def test_a_finished_arm_time_run_is_reported_again_and_a_larger_budget_goes_on(t
 
 
 def test_a_finished_arm_time_run_answers_the_thresholds_and_budgets_it_covered():
-    bench = _load('arm_time')
+    bench = load_bench('arm_time')
     hz = 10.0  # 600 env steps an arm minute
     rows = [[600, 0.5, 60.0], [1200, 0.85, 125.0], [1800, 0.95, 190.0]]
     earlier = {'rows': rows, 'summary': {
@@ -396,7 +386,7 @@ def test_arm_time_trains_with_a_set_and_refuses_what_the_bench_fixes():
 
 
 def test_time_to_success_drives_the_local_runner():
-    bench = _load('time_to_success')
+    bench = load_bench('time_to_success')
     snapshots, rates = bench.run_runner('async', 1, budget_s=3.0, snapshot_s=1.0)
     assert isinstance(snapshots, list)   # warm-up lasts longer than 3 s: no update, no snapshot
     assert set(rates) == {'updates_per_s', 'env_steps_per_s'} and min(rates.values()) >= 0
@@ -408,7 +398,7 @@ def test_time_to_success_keeps_each_finished_setting(monkeypatch, tmp_path, caps
     """A second invocation reuses what the first finished; another target trains again."""
     import json
 
-    bench = _load('time_to_success')
+    bench = load_bench('time_to_success')
     trained = []
 
     def train(name):
@@ -443,7 +433,7 @@ def test_time_to_success_keeps_each_finished_setting(monkeypatch, tmp_path, caps
 def test_time_to_success_sets_async_and_sync_alike_and_refuses_what_it_fixes(
         monkeypatch, tmp_path, capsys):
     """A --set reaches both of our runs and their key; the baseline's result stands."""
-    bench = _load('time_to_success')
+    bench = load_bench('time_to_success')
     trained = []
 
     def run_runner(mode, workers, budget_s, snapshot_s, seed, task, nodes):
@@ -482,7 +472,7 @@ def test_time_to_success_sets_async_and_sync_alike_and_refuses_what_it_fixes(
 
 
 def test_batch_lag_measures_what_the_learner_receives():
-    bench = _load('batch_lag')
+    bench = load_bench('batch_lag')
     row = bench.measure(commit_every=1, max_batch_lag=4, seconds=1.0)
     assert row['messages_per_s'] > 0 and row['updates_per_s'] > 0
     assert 0 < row['transitions_per_message'] <= 64

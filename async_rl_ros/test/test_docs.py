@@ -35,9 +35,10 @@ import subprocess
 import sys
 
 from async_rl_ros.core.config import NODE_SECTIONS
+from conftest import REPO
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = REPO
 PACKAGE = ROOT / 'async_rl_ros'
 
 if not (ROOT / 'README.md').is_file() or not (ROOT / 'docs').is_dir():

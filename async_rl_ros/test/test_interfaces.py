@@ -23,7 +23,6 @@ the converters use that the .msg files lack, or with another type, fails these t
 
 from array import array
 import dataclasses
-import pathlib
 
 from async_rl_ros.core.config import ParameterServerConfig
 from async_rl_ros.core.records import PolicyState
@@ -32,12 +31,12 @@ from async_rl_ros.core.weights.assembler import ShardAssembler
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardReplica
 from async_rl_ros.ros import conversions
-from conftest import require_linter
+from conftest import REPO, require_linter
 import numpy as np
 import pytest
 import torch
 
-MSG_DIR = pathlib.Path(__file__).resolve().parents[2] / 'async_rl_ros_interfaces' / 'msg'
+MSG_DIR = REPO / 'async_rl_ros_interfaces' / 'msg'
 PACKAGE = 'async_rl_ros_interfaces'
 # Type codes rclpy uses for sequences of numbers (rosidl_generator_py).
 TYPECODES = {'float32': 'f', 'float64': 'd', 'int8': 'b', 'uint8': 'B', 'int16': 'h',

@@ -15,8 +15,6 @@
 """Crafted packets with a valid CRC: each is rejected or ignored, counted, and changes nothing."""
 
 import dataclasses
-import importlib.util
-import pathlib
 import time
 import tracemalloc
 
@@ -24,20 +22,11 @@ from async_rl_ros.core.weights.assembler import ShardAssembler
 from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.expect import Expectation
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardPacket
+from conftest import BENCH, load_bench
 import numpy as np
 import pytest
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / 'bench' / 'fault_packets.py'
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location('bench_fault_packets', BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fp = _bench() if BENCH.is_file() else None
+fp = load_bench('fault_packets') if (BENCH / 'fault_packets.py').is_file() else None
 needs_bench = pytest.mark.skipif(fp is None, reason='bench/ is not beside the package')
 
 
