@@ -24,7 +24,7 @@ from async_rl_ros.core.learning.single_process import train_single_process
 from async_rl_ros.core.learning.step_guard import FiniteGuard
 from async_rl_ros.core.learning.update_graph import replay_in_python, UpdateGraphs
 from async_rl_ros.core.workers.inline import PolicyEvaluator
-from conftest import tiny_config, transitions
+from conftest import scripted_loop, tiny_config, transitions
 import numpy as np
 import pytest
 import torch
@@ -101,6 +101,23 @@ def test_an_idle_loop_waits_on_its_source_not_on_a_clock(tmp_path):
     loop = TrainingLoop(learner, source, None, commit_every=1, logger=MetricsLogger())
     loop.step()
     assert source.waits == [IDLE_WAIT_S] and learner.updates == 0
+
+
+def test_training_ends_with_the_batch_that_reaches_the_budget_and_counts_it_whole(tmp_path):
+    """Every step a worker took is counted: a run ends up to one batch per worker past it."""
+    from async_rl_ros.core.learning.loop import Received
+
+    learner = Learner(tiny_config(tmp_path, total_env_steps=100, **{'sac.hidden_sizes': [8]}),
+                      OBS, ACT)
+    rng, delivered = np.random.default_rng(0), []
+
+    def take():  # two workers, 24 transitions each
+        delivered.append(48)
+        return [Received(transitions(24, rng, worker=w), w) for w in (0, 1)]
+
+    scripted_loop(learner, take).run()
+    assert learner.env_steps == sum(delivered) == 144  # the third take passed 100
+    assert len(learner.replay) == 144
 
 
 def test_train_step_updates_sac_and_priorities(tmp_path):

@@ -294,7 +294,11 @@ class LearnerConfig(Section):
     total_env_steps: int = option(20_000, 'Training budget (with the shipped defaults, the '
                                   'evaluator of make train first scored 100 % at 10,126-15,258 '
                                   'env steps on seeds 0-2; single-process runs first reached '
-                                  '95 % at 4,000-5,000).', unit='steps', low=1, high=10**12)
+                                  '95 % at 4,000-5,000). Training ends with the batch that '
+                                  'reaches it, which is kept whole: every step a worker took '
+                                  'is counted, so a run ends up to one batch per worker past '
+                                  'it.',
+                                  unit='steps', low=1, high=10**12)
     eval_every: int = option(2_500, 'Env steps between two policy snapshots scored by the '
                              'evaluator (0: none); the best one is exported.',
                              unit='steps', low=0, high=10**12, read_only=True)
