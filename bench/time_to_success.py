@@ -41,8 +41,8 @@ Usage: ``python bench/time_to_success.py [--quick] [--task NAME] [--target F] [-
 [--budget-s S] [--sb3-budget-s S] [--baseline sac|sac_her|tqc_her] [--seed N]
 [--results PATH] [--fresh] [--set KEY=VALUE ...]``; ``--set`` changes one setting of the
 shipped configuration for async and sync alike, as ``async-rl-train --set`` does (not the ones
-the bench fixes itself: the modes, the seeds, the workers, the first batch), and the JSON lists
-them under ``settings``. The last line is a JSON summary (``null`` where a setting did not
+the bench fixes itself: the modes, the seeds, the workers, the first batch; an ``env_worker``
+setting changes the baseline's env too), and the JSON lists them under ``settings``. The last line is a JSON summary (``null`` where a setting did not
 reach the target in its budget; ``speedup_vs_sb3_at_least`` then bounds the speed-up by the
 baseline's budget).
 """
@@ -136,9 +136,13 @@ def run_runner(mode: str, workers: int, budget_s: float, snapshot_s: float, seed
 
 
 def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0, task: str = 'reach',
-            baseline: str = 'sac') -> tuple[list[tuple[float, object]], dict[str, float]]:
+            baseline: str = 'sac', nodes: dict | None = None
+            ) -> tuple[list[tuple[float, object]], dict[str, float]]:
     """
     Train the baseline ``baseline`` (``sac``: SB3 SAC, its defaults) on the same task.
+
+    The env is the one our runs step (``nodes``: the ``--set`` settings, of which the
+    baseline takes the env's, bringing its own learner).
 
     :returns: timed policy snapshots, and the run's updates/s and env steps/s.
     """
@@ -147,7 +151,7 @@ def run_sb3(budget_s: float, snapshot_s: float, seed: int = 0, task: str = 'reac
 
     torch.set_num_threads(os.cpu_count() or 1)  # alone on the machine: every core
     model, normalize, eval_env = make_baseline(
-        baseline, task, seed, 10**7, _configs(10**9, seed, task)[0])
+        baseline, task, seed, 10**7, _configs(10**9, seed, task, nodes)[0])
     eval_env.close()
     snapshots: list[tuple[float, object]] = []
     start = time.perf_counter()
@@ -280,7 +284,8 @@ def main() -> None:
             ('sync', lambda: run_runner('sync', args.workers, args.budget_s,
                                         args.snapshot_s, seed, task, args.nodes), ours,
              lambda: _eval_env(task, seed, nodes=args.nodes)),
-            ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, seed, task, args.baseline),
+            ('sb3', lambda: run_sb3(sb3_budget, args.snapshot_s, seed, task, args.baseline,
+                                    args.nodes),
              lambda p: p, lambda: _eval_env(task, seed, args.baseline, args.nodes))):
         key = _key(name, args, sb3_budget)
         found = _results.find(stored, key)

@@ -432,7 +432,7 @@ def test_time_to_success_keeps_each_finished_setting(monkeypatch, tmp_path, caps
 
 def test_time_to_success_sets_async_and_sync_alike_and_refuses_what_it_fixes(
         monkeypatch, tmp_path, capsys):
-    """A --set reaches both of our runs and their key; the baseline's result stands."""
+    """A --set reaches both of our runs and their keys; the baseline takes the env's only."""
     bench = load_bench('time_to_success')
     trained = []
 
@@ -441,9 +441,13 @@ def test_time_to_success_sets_async_and_sync_alike_and_refuses_what_it_fixes(
         trained.append((mode, cfg.max_updates_ramp_steps, cfg.seed, cfg.batch.initial_batch))
         return [(10.0, mode)], {'updates_per_s': 5.0, 'env_steps_per_s': 7.0}
 
+    def run_sb3(budget_s, snapshot_s, seed, task, baseline, nodes):
+        env_cfg = bench._configs(10**9, seed, task, nodes)[0]  # the env our runs step
+        trained.append(('sb3', env_cfg.task.max_episode_steps))
+        return [(10.0, 'sb3')], {'updates_per_s': 1.0, 'env_steps_per_s': 1.0}
+
     monkeypatch.setattr(bench, 'run_runner', run_runner)
-    monkeypatch.setattr(bench, 'run_sb3', lambda *a: (trained.append(('sb3',)) or (
-        [(10.0, 'sb3')], {'updates_per_s': 1.0, 'env_steps_per_s': 1.0})))
+    monkeypatch.setattr(bench, 'run_sb3', run_sb3)
     monkeypatch.setattr(bench, 'time_to', lambda *a: (None, [(10.0, 0.0)]))
     results = tmp_path / 'tts.jsonl'
 
@@ -455,12 +459,18 @@ def test_time_to_success_sets_async_and_sync_alike_and_refuses_what_it_fixes(
 
     shipped = bench._configs(10**9, 3)[1].max_updates_ramp_steps
     assert main()['settings'] == {}
-    assert trained == [('async', shipped, 3, 256), ('sync', shipped, 3, 256), ('sb3',)]
+    task = bench._configs(10**9, 3)[0].task
+    assert trained == [('async', shipped, 3, 256), ('sync', shipped, 3, 256),
+                       ('sb3', task.max_episode_steps)]
     ramped = main('--set', 'learner.max_updates_ramp_steps=700')
     assert ramped['settings'] == {'learner.max_updates_ramp_steps': 700}
     # Our two runs again under the setting (a result of the shipped one does not answer);
-    # the baseline brings its own learner, so its result is read back.
+    # the baseline brings its own learner, so its result is read back...
     assert trained[3:] == [('async', 700, 3, 256), ('sync', 700, 3, 256)]
+    # ... but it trains on the env our runs step, an env setting included.
+    main('--set', f'task.episode_seconds={2 * task.episode_seconds}')
+    assert trained[5:] == [('async', shipped, 3, 256), ('sync', shipped, 3, 256),
+                           ('sb3', 2 * task.max_episode_steps)]
     for key in ('learner.seed=1', 'learner.batch.initial_batch=64', 'local_runner.mode=single'):
         proc = subprocess.run([sys.executable, str(BENCH / 'time_to_success.py'), '--quick',
                                '--results', '', '--set', key], capture_output=True, text=True,
