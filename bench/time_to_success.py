@@ -42,9 +42,9 @@ Usage: ``python bench/time_to_success.py [--quick] [--task NAME] [--target F] [-
 [--results PATH] [--fresh] [--set KEY=VALUE ...]``; ``--set`` changes one setting of the
 shipped configuration for async and sync alike, as ``async-rl-train --set`` does (not the ones
 the bench fixes itself: the modes, the seeds, the workers, the first batch; an ``env_worker``
-setting changes the baseline's env too), and the JSON lists them under ``settings``. The last line is a JSON summary (``null`` where a setting did not
-reach the target in its budget; ``speedup_vs_sb3_at_least`` then bounds the speed-up by the
-baseline's budget).
+setting changes the baseline's env too), and the JSON lists them under ``settings``. The
+last line is a JSON summary (``null`` where a setting did not reach the target in its budget;
+``speedup_vs_sb3_at_least`` then bounds the speed-up by the baseline's budget).
 """
 
 from __future__ import annotations
