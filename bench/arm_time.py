@@ -21,7 +21,8 @@ transitions; the learner trains on the rest of the machine with the shipped conf
 so it runs as many updates per transition as it can, up to ``learner.max_updates_per_step``.
 The evaluator process scores a snapshot every ``--eval-every`` env steps on fixed seeds; the
 result is the arm time (env steps / control rate) of the first snapshot at the threshold, and
-the update-to-data ratio the learner sustained.
+the update-to-data ratio the learner sustained (in this invocation: since the resume, on a
+resumed run).
 
 Usage: ``python bench/arm_time.py [--quick] [--task NAME] [--threshold F] [--budget-min M]
 [--set KEY=VALUE ...]``; ``--set`` changes one setting of the shipped configuration, as
@@ -34,13 +35,13 @@ the signal.
 
 A push run takes longer than a session: the run keeps checkpoints with its replay buffer
 (every ``checkpoint.interval_steps`` updates, at a stop signal and at its end) in ``--keep``,
-and the same command goes on from the newest one, with the evaluations before it
-(``resumed_from``; the wall clock to the threshold is then not reported: the arm time is). A
-run that finished (threshold reached or budget spent) leaves its evaluations and JSON in
-``--keep``/``results.jsonl``. The same command, or one with another ``--threshold`` or
-``--budget-min`` that run already answers, prints them again rather than training on; a
-threshold it did not reach, within a budget it did not spend, goes on from where it ended
-(``--fresh``: start over).
+and the same command goes on from the newest one (``resumed_from``), every evaluation before
+it read back from the run's ``metrics.jsonl`` there; the wall clock to the threshold is then
+not reported, the arm time is. A run that finished (threshold reached or budget spent) leaves
+its evaluations and JSON in ``--keep``/``results.jsonl``. The same command, or one with
+another ``--threshold`` or ``--budget-min`` that run already answers, prints them again
+rather than training on; a threshold it did not reach, within a budget it did not spend, goes
+on from where it ended (``--fresh``: start over).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def main() -> None:
         args.budget_min, args.episodes = 2.0, 10
 
     from async_rl_ros.core.config import ConfigError
-    from async_rl_ros.core.learning.metrics import MetricsLogger
+    from async_rl_ros.core.learning.metrics import MetricsLogger, RECORD
     from async_rl_ros.local.lifecycle import StopRequest
     from async_rl_ros.local.train import LocalRun
 
@@ -108,7 +109,7 @@ def main() -> None:
                          'checkpoint.save_replay_buffer': bool(keep)})
     finished = os.path.join(keep, 'results.jsonl') if keep else ''
     if args.fresh and keep:
-        for path in [*Path(keep).glob('ckpt_*.pt'), Path(finished)]:
+        for path in [*Path(keep).glob('ckpt_*.pt'), Path(finished), Path(keep) / RECORD]:
             path.unlink(missing_ok=True)
     # A finished run under the same seed, evaluations and settings answers for any threshold
     # and any budget it covered; a larger budget or a threshold it did not reach goes on.
@@ -130,12 +131,18 @@ def main() -> None:
         return
     resume = bool(keep) and any(Path(keep).glob('ckpt_*.pt'))
     run = LocalRun(env_cfg, cfg, rcfg, logger=MetricsLogger(), resume=resume)
+    resumed_at = run.learner.env_steps if run.resumed is not None else None
+    if keep:  # the run's metrics record: a resume reloads it up to the checkpoint
+        run.loop.logger.record_to(Path(keep) / RECORD, resumed_at)
     if run.resumed is not None:
-        print(f'resumed from {run.resumed.path} at {run.learner.env_steps} env steps; '
+        print(f'resumed from {run.resumed.path} at {resumed_at} env steps; '
               f'{run.record_note}', flush=True)
-    # [env steps, success rate, wall seconds to the evaluation (None: before a resume)]; a
-    # run that goes on from a finished one keeps that run's rows, not just the checkpoint's best
-    rows: list[list] = list(earlier['rows']) if earlier is not None else []
+    # [env steps, success rate, wall seconds to the evaluation (None: before a resume)]: every
+    # evaluation of the run, those before a resume from its record (the checkpoint keeps only
+    # the export candidates), or those of the finished run it goes on from
+    rows: list[list] = ([[step, value, None] for step, value
+                         in run.loop.logger.history.get('eval/success_rate', [])]
+                        if earlier is None else list(earlier['rows']))
     print(HEADER, *(_row(row, hz) for row in rows), sep='\n', flush=True)
     seen, shown = (rows[-1][0] if rows else -1), 0
     start = time.perf_counter()
@@ -157,6 +164,7 @@ def main() -> None:
             run.loop.save_checkpoint()
     finally:
         run.close()
+        run.loop.logger.close()
         signalled.uninstall()
     stop()  # the evaluations that arrived after the last check
     learner = run.learner
@@ -225,7 +233,9 @@ def _report(summary: dict) -> None:
     print(f'arm time to {100 * summary["threshold"]:.0f} %: '
           f'{"not reached" if minutes is None else f"{minutes:.1f} min"}'
           f'{"" if wall is None else f" (known after {wall:.1f} min of wall clock)"}; '
-          f'updates per transition sustained: {summary["updates_per_transition"]:.2f}')
+          f'updates per transition sustained'
+          f'{"" if summary["resumed_from"] is None else " since the resume"}: '
+          f'{summary["updates_per_transition"]:.2f}')
     print(json.dumps(summary), flush=True)
 
 

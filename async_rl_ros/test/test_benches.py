@@ -14,11 +14,14 @@
 
 """The benches still run against the package's API (tiny budgets: smoke tests, not figures)."""
 
+import itertools
 import json
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
+from typing import Callable
 
 from conftest import BENCH, load_bench
 import pytest
@@ -283,21 +286,32 @@ def test_a_finished_run_is_reused_only_under_the_settings_it_measured(monkeypatc
     assert bench._job_key(job, 500)['settings'] != shipped['settings']
 
 
-def _arm_time_until(line_start: str, *args: str) -> list[str]:
-    """Run arm_time.py --quick until a line starts with ``line_start``, then send SIGTERM."""
+def _arm_time_until(stop_at: str | Callable[[list[str]], bool], *args: str) -> list[str]:
+    """
+    Run ``arm_time.py --quick``, send SIGTERM once ``stop_at`` holds, return its stdout lines.
+
+    :param stop_at: a line start, or a test of the lines read so far.
+    """
+    if isinstance(stop_at, str):
+        line_start = stop_at
+        stop_at = lambda lines: lines[-1].startswith(line_start)  # noqa: E731
     proc = subprocess.Popen([sys.executable, str(BENCH / 'arm_time.py'), '--quick', *args],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    guard = threading.Timer(600, proc.kill)  # a hang guard, not a figure
+    guard.start()
     try:
-        lines = []
+        # One reader to the end: what it buffered past the stop line is not lost.
+        lines: list[str] = []
+        sent = False
         for line in proc.stdout:
-            lines.append(line)
-            if line.startswith(line_start):
-                break
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=600)  # a hang guard, not a figure
+            lines.append(line.rstrip('\n'))
+            if not sent and stop_at(lines):
+                proc.send_signal(signal.SIGTERM)
+                sent = True
+        proc.wait()
     finally:
+        guard.cancel()
         proc.kill()
-    lines += out.splitlines()
     assert proc.returncode == 128 + signal.SIGTERM, lines
     return lines
 
@@ -315,6 +329,23 @@ def test_a_stopped_arm_time_run_still_reports_what_it_measured_and_goes_on(tmp_p
     lines = _arm_time_until('resumed from ', '--keep', str(keep))
     assert any(line.startswith('resumed from ') for line in lines), lines
     assert json.loads(lines[-1])['resumed_from'] == summary['env_steps']
+
+
+def test_a_resumed_arm_time_run_lists_every_evaluation_before_the_stop(tmp_path):
+    # The checkpoint keeps only the export candidates (3); the table and results of a run that
+    # went on across sessions must still show its whole course.
+    args = ('--eval-every', '20', '--keep', str(tmp_path / 'keep'))
+    header = f'{"env steps":>10}'
+
+    def rows(lines: list[str]) -> list[tuple[int, str]]:
+        at = next((i + 1 for i, line in enumerate(lines) if line.startswith(header)),
+                  len(lines))
+        table = itertools.takewhile(lambda line: line[:10].strip().isdigit(), lines[at:])
+        return [(int(line.split()[0]), line.split()[2]) for line in table]
+
+    first = rows(_arm_time_until(lambda lines: len(rows(lines)) >= 5, *args))
+    assert len(first) >= 5, first
+    assert rows(_arm_time_until(header, *args))[:len(first)] == first
 
 
 def test_a_finished_arm_time_run_is_reported_again_and_a_larger_budget_goes_on(tmp_path):
