@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 from async_rl_ros.core.learning.doctor import TrainingDiverged
@@ -149,6 +150,62 @@ def test_a_child_dies_when_its_parent_is_killed(mechanism):
         gone, alive = psutil.wait_procs([child], timeout=30)
         assert not alive, f'child {child.pid} outlived its parent'
     finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child is not None and child.is_running():
+            child.kill()
+
+
+RUNNER_CHILD = textwrap.dedent("""
+    import sys
+    from async_rl_ros.local import lifecycle
+    if sys.argv[1] == 'poll':
+        lifecycle._set_pdeathsig = lambda signum: False  # the fallback watchdog alone
+    lifecycle.init_child(int(sys.argv[2]))
+    try:
+        print('ready', flush=True)
+        for line in sys.stdin:
+            print('pong', flush=True)
+    finally:
+        print('unwound', flush=True)
+""")
+QUIET_PARENT = textwrap.dedent("""
+    import subprocess, sys, os, time
+    child = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2], str(os.getpid())])
+    print(child.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+@posix
+@pytest.mark.parametrize('mechanism', ['pdeathsig', 'poll'])
+def test_a_runner_child_takes_sigterm_from_its_parent_and_unwinds_when_the_parent_dies(
+        mechanism):
+    # The child shares the parent's stdin and stdout, so the test talks to it directly.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    parent = subprocess.Popen([sys.executable, '-c', QUIET_PARENT, RUNNER_CHILD, mechanism],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    guard = threading.Timer(120, parent.kill)  # a hang guard, not a figure
+    guard.start()
+    child = None
+    try:
+        first = {parent.stdout.readline().strip(), parent.stdout.readline().strip()}
+        assert 'ready' in first, first
+        child = psutil.Process(int((first - {'ready'}).pop()))
+        # `timeout`, systemd and batch schedulers signal every process of a job: while its
+        # parent lives, the child leaves stopping to the parent and goes on.
+        child.send_signal(signal.SIGTERM)
+        parent.stdin.write('ping\n')
+        parent.stdin.flush()
+        assert parent.stdout.readline().strip() == 'pong'
+        # The parent dies: the death signal ends the child through its own clean-up code.
+        parent.kill()
+        parent.wait()
+        assert parent.stdout.readline().strip() == 'unwound'
+        gone, alive = psutil.wait_procs([child], timeout=30)
+        assert not alive, f'child {child.pid} outlived its parent'
+    finally:
+        guard.cancel()
         if parent.poll() is None:
             parent.kill()
         if child is not None and child.is_running():

@@ -245,6 +245,29 @@ def test_sigterm_saves_everything_exits_143_and_stops_the_workers(tmp_path):
 
 
 @posix
+def test_sigterm_to_every_process_of_the_run_stops_it_through_the_learner(tmp_path):
+    """``timeout``, systemd (``KillMode=control-group``) and batch schedulers signal them all."""
+    proc = run_cli(tmp_path, '--steps', '1000000', '--workers', '1',
+                   '--set', 'learner.eval_every=100', '--set', 'learner.eval_episodes=1',
+                   start_new_session=True)
+    children = wait_for_training(proc, children=3)  # a worker, the evaluator, the tracker
+    record = tmp_path / 'run' / 'latest' / 'metrics.jsonl'
+    deadline = time.monotonic() + 300  # a hang guard: the evaluator scores a snapshot first
+    while '"eval/success_rate"' not in (record.read_text() if record.exists() else ''):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err
+    # The children were stopped by the learner and ended through their own clean-up code: a
+    # child killed by the signal leaves its semaphores to the resource tracker, which says so.
+    assert 'Traceback' not in err and 'leaked' not in err, err
+    assert re.search(r'^outcome\s+stopped by SIGTERM$', out, re.MULTILINE), out
+    assert_saved(tmp_path)
+    assert_gone(children)
+
+
+@posix
 def test_ctrl_c_through_a_pipe_whose_reader_is_gone_still_saves(tmp_path):
     """``async-rl-train 2>&1 | tee log``, then Ctrl-C: tee dies first."""
     read_fd, write_fd = os.pipe()

@@ -35,10 +35,11 @@ Exit codes of ``async-rl-train`` (all but 1 come after the final checkpoint was 
 * 130 -- stopped by SIGINT (Ctrl-C), 128 + 2 as shells report it;
 * 143 -- stopped by SIGTERM (``timeout``, ``docker stop``, systemd, batch schedulers).
 
-:func:`die_with_parent` is the first call of every child process the runner starts: the child
+:func:`init_child` is the first call of every child process the runner starts: the child
 dies with its parent however the parent ends (SIGKILL included), through Linux's
 ``PR_SET_PDEATHSIG`` and a polling thread as fallback (other platforms; a parent that died
-before the child got to run). Once the children are gone, multiprocessing's resource tracker
+before the child got to run), and is otherwise stopped by its parent alone, a signal to the
+whole process group included. Once the children are gone, multiprocessing's resource tracker
 sees its pipe close and exits too.
 """
 
@@ -315,26 +316,46 @@ def die_with_parent(parent_pid: int | None = None, signum: int = signal.SIGTERM,
     :param signum: the signal the child gets (SIGTERM lets it run its handler).
     :param poll_s: seconds between two looks of the fallback watchdog.
     """
-    if parent_pid is None:
-        parent = multiprocessing.parent_process()
-        parent_pid = parent.pid if parent is not None and parent.pid else os.getppid()
+    parent_pid = _parent_pid(parent_pid)
     _set_pdeathsig(signum)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         _end_self(signum)
-    threading.Thread(target=_watch_parent, args=(int(parent_pid), signum, poll_s),
+    threading.Thread(target=_watch_parent, args=(parent_pid, signum, poll_s),
                      name='parent-watchdog', daemon=True).start()
+
+
+def _parent_pid(parent_pid: int | None) -> int:
+    """Return ``parent_pid``, by default multiprocessing's parent, else ``getppid()``."""
+    if parent_pid is None:
+        parent = multiprocessing.parent_process()
+        parent_pid = parent.pid if parent is not None and parent.pid else os.getppid()
+    return int(parent_pid)
+
+
+def _sigterm_in_child(parent_pid: int, signum: int, frame: Any) -> None:
+    if os.getppid() != parent_pid:  # the parent is gone: its death signal, or the watchdog's
+        raise SystemExit(128 + signum)
+    # The parent lives: it got the signal too and stops this child through its channel.
 
 
 def init_child(parent_pid: int | None = None) -> None:
     """
-    Set up a runner's child process: die with the parent, pipe-safe output, no SIGINT.
+    Set up a runner's child process: die with the parent, pipe-safe output, stop by the parent.
 
-    The parent stops its children through its own channel (a stop event) after a Ctrl-C, so
-    the terminal's SIGINT, which reaches the whole process group, is ignored here.
+    The parent stops its children through its own channel (a stop event) after a Ctrl-C or a
+    SIGTERM, and keeps what they send until then. So the terminal's SIGINT, which reaches the
+    whole process group, is ignored here, and so is a SIGTERM while the parent lives
+    (``timeout``, systemd's default ``KillMode=control-group`` and batch schedulers signal
+    every process of a job). A SIGTERM once the parent is gone (the death signal, or the
+    watchdog's) ends the child at once by ``SystemExit``: its ``finally`` blocks and exit
+    handlers run (an env closed, a driven arm stopped, no semaphore left behind for
+    multiprocessing's resource tracker to report).
 
     :param parent_pid: see :func:`die_with_parent`.
     """
+    parent_pid = _parent_pid(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, functools.partial(_sigterm_in_child, parent_pid))
     guard_output()
     die_with_parent(parent_pid)
 
@@ -343,11 +364,12 @@ def child_entry(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
     """
     Decorate the entry point of a runner's child process, e.g. ``worker_main``.
 
-    The child first calls :func:`init_child` (dies with its parent, pipe-safe output, no
-    SIGINT). An expected failure (:class:`NeedsPerson` ...), or a configuration it cannot run
-    (``ConfigError``: a new process would fail alike), ends it with one line on stderr and exit
-    status ``EXIT_FAILED`` instead of a traceback; the parent turns that status into
-    :class:`WorkerFailed` with :func:`check_child_exit` rather than respawning the child.
+    The child first calls :func:`init_child` (dies with its parent, pipe-safe output, stopped
+    by its parent, not by a SIGINT or SIGTERM to the process group). An expected failure
+    (:class:`NeedsPerson` ...), or a configuration it cannot run (``ConfigError``: a new process
+    would fail alike), ends it with one line on stderr and exit status ``EXIT_FAILED`` instead
+    of a traceback; the parent turns that status into :class:`WorkerFailed` with
+    :func:`check_child_exit` rather than respawning the child.
 
     :param label: names the child in the line (its first argument, the id, is appended).
     """

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import queue
-import signal
 from typing import Any
 
 from async_rl_ros.core.config import CodecConfig, ParameterServerConfig
@@ -49,6 +48,7 @@ from async_rl_ros.core.weights.codec import CodecError
 from async_rl_ros.core.weights.expect import Expectation
 from async_rl_ros.core.weights.receiver import ShardOutlet, WeightReceiver
 from async_rl_ros.core.weights.sharded_weights import ShardedCommitter, ShardPacket, ShardReplica
+from async_rl_ros.local.lifecycle import child_entry
 from async_rl_ros.local.weight_board import WeightBoard
 
 __all__ = ['LocalWeightPath', 'LocalWeightReceiver']
@@ -58,10 +58,10 @@ _VERSION, _APPLIED, _REJECTED, _NEEDS_FULL = range(4)
 _POLL_S = 0.2  # how often an idle shard process checks on its parent
 
 
+@child_entry('weights shard')  # dies with the learner; stopped by it (a None commit)
 def _shard_main(shard_id: int, num_shards: int, codec_cfg: CodecConfig, commits: Any,
                 boards: tuple[str, str], status: Any) -> None:
     """Run one shard: apply the learner's commits, put the packets on the shard's boards."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner stops us (or its death does)
     parent = mp.parent_process()
     replica = ShardReplica(shard_id, num_shards, codec_cfg)
     outlet = ShardOutlet(WeightBoard(boards[0]), WeightBoard(boards[1]))
