@@ -55,22 +55,17 @@ __all__ = ['LocalWeightPath', 'LocalWeightReceiver']
 
 # Slots of a shard's status array (written by the shard process, read by the learner).
 _VERSION, _APPLIED, _REJECTED, _NEEDS_FULL = range(4)
-_POLL_S = 0.2  # how often an idle shard process checks on its parent
 
 
 @child_entry('weights shard')  # dies with the learner; stopped by it (a None commit)
 def _shard_main(shard_id: int, num_shards: int, codec_cfg: CodecConfig, commits: Any,
                 boards: tuple[str, str], status: Any) -> None:
     """Run one shard: apply the learner's commits, put the packets on the shard's boards."""
-    parent = mp.parent_process()
     replica = ShardReplica(shard_id, num_shards, codec_cfg)
     outlet = ShardOutlet(WeightBoard(boards[0]), WeightBoard(boards[1]))
     try:
-        while parent is None or parent.is_alive():
-            try:
-                backlog = [commits.get(timeout=_POLL_S)]
-            except queue.Empty:
-                continue
+        while True:  # a learner that dies ends the wait (child_entry: its death signal)
+            backlog = [commits.get()]
             while True:  # apply every queued commit, serve only the newest state
                 try:
                     backlog.append(commits.get_nowait())
