@@ -69,10 +69,18 @@ def learner_main(seconds: float) -> None:
     plan = cpu_plan()
     pin(plan.learner)
     torch.set_num_threads(plan.learner_threads)
-    learner = make_learner(shipped(torch.device('cpu'), 'off', 256), 2_000)
+    learner = make_learner(shipped(torch.device('cpu'), 'off', False, 256), 2_000)
     parent, end = os.getppid(), time.monotonic() + seconds
     while time.monotonic() < end and os.getppid() == parent:
         learner.train_step()
+
+
+def _still_loaded(procs: list[subprocess.Popen]) -> None:
+    """End the bench if a process of the load is gone: the run it loaded would be idle."""
+    for proc in procs:
+        if proc.poll() is not None:
+            raise SystemExit(f'arm_loop: a load process ({" ".join(map(str, proc.args[1:]))}) '
+                             f'ended with exit status {proc.returncode} during a loaded run')
 
 
 def _realtime_double(pid: int) -> bool:
@@ -227,6 +235,7 @@ def main() -> None:
                         row = _row(out, double.state()['watchdog_trips'] - before)
                         row.update(rate_hz=hz, mode=mode, load='loaded' if loaded else 'idle',
                                    loop=loop, double_realtime=rt)
+                        _still_loaded(procs)
                         rows.append(row)
                         print(f'{hz:>4}Hz {row["load"]:>6} {loop:>8} | '
                               f'{row["step_p50_ms"]:>7} {row["step_p99_ms"]:>7} '

@@ -41,6 +41,13 @@ def test_every_bench_has_a_quick_mode(script):
     assert '--quick' in out.stdout
 
 
+def test_the_arm_loop_s_load_trains_a_learner():
+    """The learner that loads the arm-loop bench's loaded runs trains (it once died at once)."""
+    out = subprocess.run([sys.executable, str(BENCH / 'arm_loop.py'), '--learner', '1'],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+
+
 def test_sample_efficiency_trains_and_scores_marks(capsys):
     bench = load_bench('sample_efficiency')
     result = bench.run_ours(0, 120, [60, 120])
