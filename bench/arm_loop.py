@@ -155,15 +155,16 @@ def run_policy_runner(cfg, seconds: float, tmp: pathlib.Path) -> dict:
     import torch
     from async_rl_ros.core.errors import NeedsPerson
     from async_rl_ros.core.learning.networks import PolicyForExport
+    from async_rl_ros.core.policy_file import PolicyManifest, save_policy_file
     from async_rl_ros.core.workers.inference import FittedPolicy
     from async_rl_ros.envs.factory import build_env
 
-    env, _ = build_env(cfg)
-    obs_dim = env.observation_space.shape[0]
+    env, spec = build_env(cfg)
     path = tmp / 'policy.pt'
-    torch.jit.save(torch.jit.script(PolicyForExport(obs_dim, env.action_space.shape[0])),
-                   str(path))
-    policy = FittedPolicy.load(str(path), obs_dim)
+    save_policy_file(torch.jit.script(PolicyForExport(spec.obs_dim, spec.act_dim)), path,
+                     PolicyManifest(task=spec.name, obs_dim=spec.obs_dim, act_dim=spec.act_dim,
+                                    policy_version=0, env_steps=0))
+    policy = FittedPolicy.load(str(path), spec.name, spec.obs_dim, spec.act_dim)
     person = False
     try:
         obs, _ = env.reset(seed=cfg.seed)

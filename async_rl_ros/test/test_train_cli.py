@@ -121,6 +121,21 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     policy = torch.jit.load(str(run / 'policy.pt'))
     action = policy(torch.zeros(21))
     assert action.shape == (3,) and bool((action.abs() <= 1).all())
+    # Without ROS, the exported policy plays back on the held-out episodes that judged it, in
+    # its run's task and configuration: the same figures.
+    played = run_cli(tmp_path, '--policy', str(run / 'policy.pt'), '--episodes', '2')
+    again, err = played.communicate(timeout=300)
+    assert played.returncode == 0, err
+    assert f"config: {run / 'config.yaml'}" in again, again
+    for name in ('episodes', 'success rate', 'mean final distance', 'mean return'):
+        assert table_value(again, name) == table_value(out, f'held-out {name}'), (out, again)
+
+
+def table_value(out, name):
+    """Return the value of a row of a printed table."""
+    match = re.search(rf'^{name}\s+(\S+)', out, re.MULTILINE)
+    assert match, (name, out)
+    return match.group(1)
 
 
 def test_the_summary_table_shows_how_the_export_was_chosen():
@@ -342,11 +357,28 @@ def truncate(path):
     ('other hidden sizes', 'learner.sac.hidden_sizes = [32, 32] in the checkpoint but [64, 64]'),
     ('another task', 'env_worker.task.name = push in the checkpoint but reach in this '
      'configuration; set env_worker.task.name=push (--task push)'),
+    ('no policy file', "--policy = 'nothing.pt' is not allowed (one of sac, scripted, random, "
+     'or an exported policy file that exists'),
+    ('not a policy file', 'params.yaml: is not a TorchScript archive'),
+    ('policy of another task', "exported for task 'push', not for the task 'reach'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case, needle):
     args = ['--mode', 'single', '--steps', '300']
     config = tmp_path / 'params.yaml'
-    if case == 'latin-1 config':
+    if case == 'no policy file':
+        args += ['--policy', 'nothing.pt']
+    elif case == 'not a policy file':
+        config.write_text('learner:\n  ros__parameters:\n    seed: 1\n')
+        args += ['--policy', str(config)]
+    elif case == 'policy of another task':
+        from async_rl_ros.core.config import LearnerConfig
+        from async_rl_ros.core.learning.artifacts import export_policy
+        from async_rl_ros.core.learning.learner import Learner
+        learner = Learner(LearnerConfig().replace(**{'sac.hidden_sizes': [16, 16]}), 25, 4,
+                          task='push')
+        args += ['--policy', str(export_policy(learner, None, tmp_path / 'push.pt')),
+                 '--task', 'reach']
+    elif case == 'latin-1 config':
         config.write_bytes('learner:\n  ros__parameters:\n    seed: 1  # d\xe9j\xe0\n'
                            .encode('latin-1'))
         args += ['--config', str(config)]

@@ -46,8 +46,10 @@ import yaml
 __all__ = ['main', 'default_config_path', 'parse_overrides', 'print_table', 'summary_rows']
 
 EXIT_CONFIG_ERROR = EXIT_BAD_INPUT
-#: Episodes a scripted or random controller runs when ``--episodes`` is not given.
+#: Episodes a controller runs when ``--episodes`` is not given.
 CONTROLLER_EPISODES = 20
+#: What ``--policy`` takes besides the path of an exported policy file.
+POLICIES = ('sac', 'scripted', 'random')
 
 
 def default_config_path() -> Path | None:
@@ -197,9 +199,12 @@ def _build_parser() -> argparse.ArgumentParser:
                         'gym:PandaPush-v3 (simulation only), or a task registered under the '
                         'async_rl_ros.tasks entry point group (default: the config value, '
                         'reach)')
-    parser.add_argument('--policy', choices=('sac', 'scripted', 'random'), default='sac',
-                        help="train SAC (default), or run the task's scripted controller "
-                        '(reach, push, pick_and_place) or uniform random actions')
+    parser.add_argument('--policy', default='sac', metavar='{sac,scripted,random,FILE}',
+                        help="train SAC (default), or run a controller: the task's scripted "
+                        'one (reach, push, pick_and_place), uniform random actions, or an '
+                        'exported policy file such as runs/async_rl/latest/policy.pt (on the '
+                        'held-out episodes that judged it; its task, and the configuration in '
+                        'its run folder, unless --task or --config say otherwise)')
     parser.add_argument('--mode', choices=('single', 'async', 'sync'), default=None,
                         help='async: env-worker processes that never wait for the learner; '
                         'sync: the same in lockstep (baseline); single: the learner steps one '
@@ -214,7 +219,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         'configuration it was started with (config.yaml in its folder) '
                         'unless --config names a file; the other options change it')
     parser.add_argument('--episodes', type=int, default=None,
-                        help='episodes to run (scripted/random, default 20) or the held-out '
+                        help='episodes a controller runs (default 20) or the held-out '
                         'episodes that judge the exported policy (sac, default '
                         'learner.final_eval_episodes)')
     parser.add_argument('--render', action='store_true',
@@ -230,6 +235,15 @@ def _load(args: argparse.Namespace
         raise ConfigError('--steps', args.steps, '>= 1')
     path = args.config if args.config is not None else default_config_path()
     overrides = split_overrides(parse_overrides(args.overrides))
+    if args.policy not in POLICIES:  # a policy file: its task, in its run's configuration
+        from async_rl_ros.core.policy_file import read_manifest
+        manifest = read_manifest(_policy_file(args.policy))
+        if manifest is not None and args.task is None:
+            overrides['env_worker']['task.name'] = manifest.task
+        from async_rl_ros.core.learning.run_folder import CONFIG
+        beside = Path(args.policy).parent / CONFIG
+        if args.config is None and beside.is_file():
+            path = beside
     if args.steps is not None:
         overrides['learner']['total_env_steps'] = args.steps
     if args.episodes is not None and args.policy == 'sac':
@@ -254,6 +268,15 @@ def _load(args: argparse.Namespace
     return path, loaded['env_worker'], loaded['learner'], loaded['local_runner']
 
 
+def _policy_file(value: str) -> Path:
+    """Return ``--policy``'s value as a file; :class:`ConfigError` if there is none."""
+    path = Path(value)
+    if not path.is_file():
+        raise ConfigError('--policy', value, f'one of {", ".join(POLICIES)}, or an exported '
+                          'policy file that exists (e.g. runs/async_rl/latest/policy.pt)')
+    return path
+
+
 def _saved_config(root: str, run: str) -> Path | None:
     """Return the configuration a run folder keeps, ``None`` if none (an older run)."""
     from async_rl_ros.core.learning.run_folder import CONFIG, find_run, RunFolderError
@@ -276,8 +299,10 @@ def _train(args: argparse.Namespace, stop: StopRequest) -> int:
 
 
 def _control(args: argparse.Namespace, stop: StopRequest) -> int:
-    """Run the scripted or the random controller (no training, nothing to save)."""
+    """Run a scripted, random or exported policy (no training, nothing to save)."""
     config_path, env_cfg, _, _ = _load(args)
+    if args.policy not in POLICIES:
+        return _play(args, config_path, env_cfg)
     from async_rl_ros.envs.tasks import get_task
     task = get_task(env_cfg.task.name)
     scripted = getattr(task, 'scripted', None)
@@ -302,12 +327,38 @@ def _control(args: argparse.Namespace, stop: StopRequest) -> int:
     return 0
 
 
+def _play(args: argparse.Namespace, config_path: Path | None, env_cfg: EnvWorkerConfig) -> int:
+    """Run an exported policy file on the held-out episodes, checked against the task."""
+    from async_rl_ros.core.workers.inference import FittedPolicy
+    from async_rl_ros.core.workers.inline import HELD_OUT_SEED
+    from async_rl_ros.envs.factory import build_env
+    env, spec = build_env(env_cfg, render_mode='human' if args.render else None)
+    try:
+        policy = FittedPolicy.load(args.policy, spec.name, spec.obs_dim, spec.act_dim)
+        stats = run_episodes(env, policy, args.episodes or CONTROLLER_EPISODES, HELD_OUT_SEED,
+                             progress=sys.stderr.isatty(), rank=spec.rank)
+    finally:
+        env.close()
+    print_table(f'{spec.name}, policy {args.policy} '
+                f'(config: {config_path or "built-in defaults"})',
+                stats.rows() + [('policy latency', _latency(policy.summary()))])
+    return 0
+
+
+def _latency(summary: dict[str, Any]) -> str:
+    """Return a fitted policy's per-action latency as a table cell."""
+    ms = summary.get('policy_ms') or {}
+    return ' / '.join(f'{ms[k]:.3f}' for k in ('p50', 'p99', 'max') if k in ms) + \
+        ' ms (p50 / p99 / max)'
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``async-rl-train``; returns the process exit status."""
     guard_output()
     args = _build_parser().parse_args(argv)
     from async_rl_ros.core.learning.resume import CheckpointError
     from async_rl_ros.core.learning.run_folder import RunFolderError
+    from async_rl_ros.core.policy_file import PolicyFileError
     training = args.policy == 'sac'
     # Training polls the stop request and saves; a controller has nothing to save, so there
     # the first signal interrupts at once (and its env is closed on the way out).
@@ -323,6 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except RunFolderError as exc:
         say(f'async-rl-train: run folder: {exc}')
+        return EXIT_BAD_INPUT
+    except PolicyFileError as exc:
+        say(f'async-rl-train: policy file {exc}')
         return EXIT_BAD_INPUT
     except ModuleNotFoundError as exc:  # an extra that is not installed (sim, learn, real)
         missing = describe_missing(exc)

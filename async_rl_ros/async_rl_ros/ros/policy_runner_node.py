@@ -15,14 +15,15 @@
 """
 ``policy_runner`` node: run an exported policy on a worker backend, without learning.
 
-For deployment and evaluation: *configure* loads the TorchScript policy the learner exports
-(``<log_dir>/latest/policy.pt``: deterministic actions, normalization inside), builds the
+For deployment and evaluation: *configure* checks the policy file the learner exports
+(``<log_dir>/latest/policy.pt``: TorchScript, deterministic actions, normalization inside, a
+manifest naming its task and widths: :mod:`async_rl_ros.core.policy_file`), builds the
 environment from the ``env_worker`` parameters -- the same environment, and so the same
-safety filter, as a training worker -- and fits the policy for the control loop (one
-intra-op thread, frozen, warmed up before the first command: see
+safety filter, as a training worker -- refuses a policy exported for another task or other
+widths, and fits the policy for the control loop (one intra-op thread, frozen, warmed up
+before the first command, its actions checked: see
 :class:`~async_rl_ros.core.workers.inference.FittedPolicy`); *activate* starts the episodes
-in a thread;
-*deactivate* stops it and stops the arm. Episode results go out as WorkerStatus on
+in a thread; *deactivate* stops it and stops the arm. Episode results go out as WorkerStatus on
 ``policy_runner/status`` (``worker_id`` is the ``runner_id`` parameter).
 """
 
@@ -33,6 +34,7 @@ from typing import Any
 
 from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.learning.evaluation import EpisodeTracker
+from async_rl_ros.core.policy_file import PolicyFileError, read_manifest
 from async_rl_ros.core.workers.inference import FittedPolicy
 from async_rl_ros.core.workers.runtime import backend_call
 from async_rl_ros.envs.factory import build_env, check_config
@@ -43,7 +45,6 @@ from async_rl_ros.ros.params import declare_task, SectionParameters
 from async_rl_ros_interfaces.msg import WorkerStatus
 import numpy as np
 from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
-import torch
 
 __all__ = ['PolicyRunnerNode', 'main']
 
@@ -76,11 +77,11 @@ class PolicyRunnerNode(ArmNode):
                                                 qos.STATUS)
 
     def build(self) -> bool:
-        """Load the policy, make and connect the environment, fit the policy to the loop."""
+        """Check the policy file, make and connect the environment, fit the policy to it."""
         try:
-            module = torch.jit.load(self.policy_path, map_location='cpu')
-        except (OSError, RuntimeError, ValueError) as exc:
-            self.get_logger().error(f'cannot load the policy {self.policy_path}: {exc}')
+            read_manifest(self.policy_path)  # not a policy file: refused before an arm moves
+        except PolicyFileError as exc:
+            self.get_logger().error(f'policy file {exc}')
             return False
         try:
             # a fixed policy: no learner's gate (a cube cell still holds for its inputs)
@@ -89,11 +90,12 @@ class PolicyRunnerNode(ArmNode):
         except Exception as exc:  # noqa: B902 -- a backend that cannot connect: report it
             self.get_logger().error(f'cannot build the {self.cfg.backend} environment: {exc}')
             return False
-        try:
-            self.policy = FittedPolicy(module, self.env.observation_space.shape[0])
-        except (RuntimeError, ValueError) as exc:   # it does not take this observation
-            self.get_logger().error(f'the policy {self.policy_path} does not fit the '
-                                    f'{self.cfg.backend} environment: {exc}')
+        try:  # its task and widths against the environment's, its actions against the task
+            self.policy = FittedPolicy.load(self.policy_path, spec.name, spec.obs_dim,
+                                            spec.act_dim)
+        except PolicyFileError as exc:
+            self.get_logger().error(f'policy file {exc}')
+            self.release()  # the environment goes with the configure that failed
             return False
         self.get_logger().info(f'policy fit for the control loop: {self.policy.summary()}')
         self.entities = [self.create_timer(1.0, self._publish_status)]

@@ -16,7 +16,8 @@
 What a training run leaves behind, written the same way by every runner.
 
 Under ``learner.log_dir``: the final checkpoint, ``policy.pt`` (the best evaluated policy as
-TorchScript, with its observation normalization), ``learning_curve.png`` and ``summary.json``
+TorchScript, with its observation normalization and a manifest naming its task and widths:
+:mod:`async_rl_ros.core.policy_file`), ``learning_curve.png`` and ``summary.json``
 (the end-of-run table as data). Every file is written to a temporary name and renamed, so a
 reader never sees half of one.
 """
@@ -34,6 +35,7 @@ from async_rl_ros.core.learning.learner import Learner
 from async_rl_ros.core.learning.loop import TrainingLoop
 from async_rl_ros.core.learning.metrics import plot_learning_curve
 from async_rl_ros.core.learning.run_folder import write_whole
+from async_rl_ros.core.policy_file import PolicyManifest, save_policy_file
 from async_rl_ros.core.records import PolicyState
 from async_rl_ros.core.tasks import FINAL_DISTANCE, RankMetric
 import torch
@@ -61,19 +63,27 @@ class RunResult:
         return bool(self.summary.get('interrupted'))
 
 
-def export_policy(learner: Learner, state: PolicyState | None, path: Path) -> Path:
+def export_policy(learner: Learner, best: Evaluation | None, path: Path) -> Path:
     """
-    Write a deterministic policy as TorchScript (atomically).
+    Write a deterministic policy as TorchScript with its manifest (atomically).
 
-    :param learner: supplies the architecture (and, if ``state`` is None, the current policy
-        to evaluate and export: the averaged actor when averaging is on).
-    :param state: the policy state to export, e.g. the best evaluated one.
+    :param learner: supplies the architecture and the task (a learner built without a task
+        name writes no manifest) and, if ``best`` is None, the current policy to export (the
+        averaged actor when averaging is on).
+    :param best: the evaluated policy to export, e.g. the best one.
     :param path: the ``.pt`` file.
     """
-    policy = (learner.export_policy(evaluated=True) if state is None
-              else learner.policy_from_state(state))
+    if best is None:
+        policy = learner.export_policy(evaluated=True)
+        version, env_steps = learner.policy_version, learner.env_steps
+    else:
+        policy = learner.policy_from_state(best.state)
+        version, env_steps = best.state.version, best.env_steps
+    manifest = None if not learner.task else PolicyManifest(
+        task=learner.task, obs_dim=learner.obs_dim, act_dim=learner.act_dim,
+        policy_version=int(version), env_steps=int(env_steps))
     scripted = torch.jit.script(policy)
-    return write_whole(path, lambda tmp: scripted.save(str(tmp)))
+    return write_whole(path, lambda tmp: save_policy_file(scripted, tmp, manifest))
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> Path:
@@ -154,7 +164,7 @@ def finish_run(loop: TrainingLoop, log_dir: Path, *, title: str,
             note = f'cut short: {exc}'
     last = scored[0].stats if scored else None
     best = best or loop.best_evaluation
-    policy = export_policy(learner, best.state if best else None, log_dir / 'policy.pt')
+    policy = export_policy(learner, best, log_dir / 'policy.pt')
     curve = plot_learning_curve(loop.logger.history, log_dir / 'learning_curve.png',
                                 title=title, rank=rank)
     summary: dict[str, Any] = dict(loop.totals())

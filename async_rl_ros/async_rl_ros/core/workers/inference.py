@@ -26,7 +26,9 @@ executor (hundreds of ms). So, before the first command:
 * :class:`FittedPolicy` -- an exported TorchScript policy frozen (``torch.jit.freeze``:
   weights become constants), run :data:`WARMUP_CALLS` times on a zero observation, then
   timed on every call (``first_action_ms``, percentiles) and reported to the step budget
-  (:func:`async_rl_ros.core.workers.step_budget.note`);
+  (:func:`async_rl_ros.core.workers.step_budget.note`); :meth:`FittedPolicy.load` reads a
+  policy file only once its manifest fits the task (:mod:`async_rl_ros.core.policy_file`) and
+  checks the width and finiteness of the warm-up's actions;
 * :func:`warm_up` -- the same warm-up for an eager module (the worker's actor, whose weights
   change with every policy update and so cannot be frozen).
 """
@@ -38,6 +40,7 @@ import time
 from typing import Any, Callable
 import warnings
 
+from async_rl_ros.core.policy_file import load_policy_file, PolicyFileError
 from async_rl_ros.core.workers.step_budget import note, Percentiles
 import numpy as np
 import torch
@@ -102,9 +105,12 @@ class FittedPolicy(TimedInference):
         is frozen, anything else is used as it is.
     :param obs_dim: observation width (for the warm-up).
     :param threads: intra-op threads (:func:`control_threads`; ``None`` leaves them).
+    :param act_dim: action width: the warm-up's actions must have it and be finite
+        (``ValueError`` otherwise); ``None``: not checked.
     """
 
-    def __init__(self, module: Any, obs_dim: int, threads: int | None = 1):
+    def __init__(self, module: Any, obs_dim: int, threads: int | None = 1,
+                 act_dim: int | None = None):
         if threads is not None:
             control_threads(threads)
         module = module.eval() if hasattr(module, 'eval') else module
@@ -121,12 +127,35 @@ class FittedPolicy(TimedInference):
         self.obs_dim = int(obs_dim)
         #: latency (ms) the first action will have, measured right after the warm-up
         self.warm_ms = warm_up(module, self.obs_dim)
+        if act_dim is not None:
+            self._check_actions(int(act_dim))
         super().__init__()
 
+    def _check_actions(self, act_dim: int) -> None:
+        with torch.random.fork_rng(devices=[]), torch.inference_mode():
+            action = self.module(torch.zeros(1, self.obs_dim))
+        shape = tuple(getattr(action, 'shape', ()))
+        if shape != (1, act_dim):
+            raise ValueError(f'the policy returns actions of shape {shape}, the task takes '
+                             f'{(1, act_dim)}')
+        if not bool(torch.isfinite(action).all()):
+            raise ValueError('the policy returns non-finite actions')
+
     @classmethod
-    def load(cls, path: str, obs_dim: int, threads: int | None = 1) -> 'FittedPolicy':
-        """Load an exported policy file (``policy.pt``) onto the CPU and fit it."""
-        return cls(torch.jit.load(path, map_location='cpu'), obs_dim, threads)
+    def load(cls, path: str, task: str, obs_dim: int, act_dim: int,
+             threads: int | None = 1) -> 'FittedPolicy':
+        """
+        Load an exported policy file (``policy.pt``) for a task, checked, and fit it.
+
+        :raises PolicyFileError: the file does not fit (see
+            :func:`~async_rl_ros.core.policy_file.load_policy_file`), or its actions do not.
+        """
+        module, _ = load_policy_file(path, task, obs_dim, act_dim)
+        try:
+            return cls(module, obs_dim, threads, act_dim=act_dim)
+        except (RuntimeError, ValueError) as exc:  # its layers do not take this observation
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise PolicyFileError(f'{path}: does not act in task {task!r}: {first}') from None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Return the action for one observation; timed and reported to the step budget."""
