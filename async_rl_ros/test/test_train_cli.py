@@ -127,6 +127,8 @@ def test_training_writes_checkpoint_policy_curve_and_tensorboard(tmp_path):
     again, err = played.communicate(timeout=300)
     assert played.returncode == 0, err
     assert f"config: {run / 'config.yaml'}" in again, again
+    assert re.search(r'^play it back\s+async-rl-train --policy \S+/policy.pt --render$', out,
+                     re.MULTILINE), out  # what the training run's table says
     for name in ('episodes', 'success rate', 'mean final distance', 'mean return'):
         assert table_value(again, name) == table_value(out, f'held-out {name}'), (out, again)
 

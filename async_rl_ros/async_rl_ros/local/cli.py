@@ -144,7 +144,8 @@ def summary_rows(summary: dict[str, Any], evaluation: Any, outcome: str
     log_dir = Path(s['policy']).parent
     rows += [('checkpoint', s['checkpoint']), ('policy (TorchScript)', s['policy']),
              ('learning curve', s['learning_curve']), ('summary', str(log_dir / 'summary.json')),
-             ('TensorBoard', f'tensorboard --logdir {log_dir}')]
+             ('TensorBoard', f'tensorboard --logdir {log_dir}'),
+             ('play it back', f"async-rl-train --policy {s['policy']} --render")]
     return rows
 
 
