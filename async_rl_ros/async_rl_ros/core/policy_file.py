@@ -44,7 +44,7 @@ __all__ = ['PolicyManifest', 'PolicyFileError', 'save_policy_file', 'read_manife
 _LOG = logging.getLogger(__name__)
 MANIFEST = 'policy.json'            #: the manifest's name among the archive's extra files
 FORMAT = 'async_rl_ros.policy/1'    #: the manifest's format, bumped when its fields change
-MAX_BYTES = 512 * 2**20             #: largest policy file loaded (a [256, 256] actor: 0.3 MB)
+MAX_BYTES = 64 * 2**20              #: largest policy file loaded (a [256, 256] actor: 0.3 MB)
 _MAX_MANIFEST_BYTES = 64 * 2**10
 
 
