@@ -209,3 +209,42 @@ def test_bad_settings_are_refused_with_the_key():
     home_outside.task.home_q = [0.0, -1.5708, 0.0, -1.5708, 0.0, 0.0]  # not validated
     with pytest.raises(ConfigError, match='task.home_q'):
         UR5ReachEnv(home_outside)
+
+
+@pytest.mark.parametrize('task', ['reach', 'push'])
+def test_a_watched_simulated_arm_steps_at_its_control_rate(monkeypatch, task):
+    """
+    ``render_mode='human'`` paces the simulator to the wall clock, also after a live change.
+
+    Gymnasium's human mode shows an episode at ``metadata['render_fps']`` (the control rate);
+    unpaced, a rendered episode was over in milliseconds. A window is faked here: PyBullet runs
+    in DIRECT mode.
+    """
+    import pybullet
+
+    from async_rl_ros.envs import display
+    from async_rl_ros.envs.display import paced_for_watching
+    from async_rl_ros.envs.factory import build_env
+
+    cfg = EnvWorkerConfig().replace(**{'task.name': task})
+    for mode in (None, 'rgb_array'):
+        assert paced_for_watching(cfg, mode) is cfg
+    real = cfg.replace(backend='ur5')
+    assert paced_for_watching(real, 'human') is real  # a physical arm keeps its own time
+    monkeypatch.setattr(display, 'has_display', lambda: True)
+    monkeypatch.setattr(pybullet, 'GUI', pybullet.DIRECT)
+    env, _ = build_env(cfg, render_mode='human')
+    try:
+        unwrapped = env.unwrapped
+        assert unwrapped.cfg.sim.real_time and unwrapped.backend.real_time
+        assert env.metadata['render_fps'] == cfg.task.control_hz
+        unwrapped.apply_config(cfg.replace(**{'task.action_scale': 0.5}))  # no real_time in it
+        env.reset(seed=0)
+        assert unwrapped.cfg.sim.real_time and unwrapped.backend.real_time
+    finally:
+        env.close()
+    headless, _ = build_env(cfg)
+    try:
+        assert not headless.unwrapped.backend.real_time
+    finally:
+        headless.close()

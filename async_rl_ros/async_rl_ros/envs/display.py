@@ -17,7 +17,8 @@ Render modes that work on this machine: ``human`` needs a display, ``rgb_array``
 
 A PyBullet GUI asked for without a display does not fail, it hangs (in native code, deaf to
 Ctrl-C and SIGTERM). Every env of this package (the UR5 envs and their simulator, the Gymnasium
-envs it flattens, the goal-conditioned view) asks here before it advertises or opens one.
+envs it flattens, the goal-conditioned view) asks here before it advertises or opens one. A
+watched simulated UR5 (``human`` mode) steps at its control rate: :func:`paced_for_watching`.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ import os
 import sys
 from typing import Sequence
 
+from async_rl_ros.core.config import EnvWorkerConfig
 from async_rl_ros.core.options import ConfigError
 
-__all__ = ['has_display', 'render_modes', 'check_render_mode', 'check_gui']
+__all__ = ['has_display', 'render_modes', 'check_render_mode', 'check_gui',
+           'paced_for_watching']
 
 
 def has_display() -> bool:
@@ -66,3 +69,17 @@ def check_gui(gui: bool) -> None:
     if gui and not has_display():
         raise ConfigError('sim.gui', gui, 'false here: a simulator window needs a display and '
                           '$DISPLAY is not set; training needs no window')
+
+
+def paced_for_watching(cfg: EnvWorkerConfig, render_mode: str | None) -> EnvWorkerConfig:
+    """
+    Return ``cfg`` as a watched env runs it: a simulated arm in ``human`` mode is paced.
+
+    It steps at its control rate on the wall clock (``sim.real_time``): Gymnasium's ``human``
+    mode shows an episode at ``metadata['render_fps']``, which the UR5 envs give as their
+    control rate; unpaced, the simulator runs an episode of seconds of arm time in a few
+    milliseconds, too fast to see.
+    """
+    if render_mode == 'human' and cfg.backend == 'sim' and not cfg.sim.real_time:
+        return cfg.replace(**{'sim.real_time': True})
+    return cfg

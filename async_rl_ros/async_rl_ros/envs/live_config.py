@@ -32,6 +32,7 @@ import threading
 from typing import Any, NamedTuple
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig
+from async_rl_ros.envs.display import paced_for_watching
 
 __all__ = ['LiveConfig', 'ConfigChange', 'LIMIT_KEYS', 'joint_speeds']
 
@@ -79,6 +80,7 @@ class LiveConfig:
     cfg: EnvWorkerConfig
     safety: Any
     backend: Any
+    render_mode: str | None
 
     def _start_live(self) -> None:
         self.speed = joint_speeds(self.cfg)
@@ -96,7 +98,7 @@ class LiveConfig:
         :raises ConfigError: a read-only option differs, or the new values do not fit the
             task (its start poses, say).
         """
-        cfg = copy.deepcopy(cfg)
+        cfg = paced_for_watching(copy.deepcopy(cfg), self.render_mode)  # watched: still paced
         self._check_config(cfg)
         with self._live_lock:
             change = _diff(self._target, cfg)

@@ -38,7 +38,7 @@ from typing import Any
 
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.cartesian import ArmAction
-from async_rl_ros.envs.display import check_render_mode
+from async_rl_ros.envs.display import check_render_mode, paced_for_watching
 from async_rl_ros.envs.live_config import LiveConfig
 from async_rl_ros.envs.manipulation_task import (CUBE_SIZE, ManipulationTask, OBS_DIM,
                                                  OBS_SLICES, TABLE_TOP)
@@ -91,7 +91,7 @@ class UR5ManipulationEnv(LiveConfig, gym.Env):
         check_render_mode(render_mode)
         cfg.validate()
         task.check(cfg)
-        self.cfg = cfg = copy.deepcopy(cfg)
+        self.cfg = cfg = paced_for_watching(copy.deepcopy(cfg), render_mode)
         self.task = task
         self.spec_ = task.spec(cfg)
         self.goal = self.spec_.goal

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from async_rl_ros.core.config import ConfigError, EnvWorkerConfig, SimConfig
 from async_rl_ros.envs.arm import ArmBackend, ArmState
 from async_rl_ros.envs.cartesian import ArmAction
-from async_rl_ros.envs.display import check_render_mode
+from async_rl_ros.envs.display import check_render_mode, paced_for_watching
 from async_rl_ros.envs.live_config import ConfigChange, LIMIT_KEYS, LiveConfig
 from async_rl_ros.envs.reach_task import check_starts, OBS_HIGH, OBS_LOW, ReachTask
 from async_rl_ros.envs.safety import SafetyFilter
@@ -71,7 +71,7 @@ class UR5ReachEnv(LiveConfig, gym.Env):
         check_starts(cfg)
         #: The configuration in force (a private copy: run-time changes come through
         #: :meth:`apply_config`, never by editing the caller's object in place).
-        self.cfg = cfg = copy.deepcopy(cfg)
+        self.cfg = cfg = paced_for_watching(copy.deepcopy(cfg), render_mode)
         self.render_mode = render_mode
         self.metadata = dict(self.metadata, render_fps=cfg.task.control_hz)
         self.task = ReachTask(cfg.task)

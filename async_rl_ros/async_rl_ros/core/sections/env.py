@@ -236,7 +236,8 @@ class SimConfig(Section):
                        '(needs a display; evaluations stay headless).', read_only=True)
     real_time: bool = option(False, 'Pace the simulated arm to the wall clock (one control '
                              'period per step), as a physical arm delivers its transitions: '
-                             'arm-time studies without an arm.')
+                             'arm-time studies without an arm. An env rendered for a person '
+                             '(render_mode human, async-rl-train --render) is always paced.')
     cube_in_gripper: float = option(0.0, 'Share of the training episodes of the cube tasks '
                                     'that start with the cube held between the closed fingers '
                                     'at the start pose, as in the pick-and-place experiments '
