@@ -224,7 +224,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         'episodes that judge the exported policy (sac, default '
                         'learner.final_eval_episodes)')
     parser.add_argument('--render', action='store_true',
-                        help='open the PyBullet GUI to watch a controller, the simulated arm '
+                        help='open the PyBullet GUI to watch a controller, a simulated UR5 '
                         'paced to its control rate (needs a display)')
     return parser
 
