@@ -303,8 +303,6 @@ def _train(args: argparse.Namespace, stop: StopRequest) -> int:
 def _control(args: argparse.Namespace, stop: StopRequest) -> int:
     """Run a scripted, random or exported policy (no training, nothing to save)."""
     config_path, env_cfg, _, _ = _load(args)
-    if args.policy not in POLICIES:
-        return _play(args, config_path, env_cfg)
     from async_rl_ros.envs.tasks import get_task
     task = get_task(env_cfg.task.name)
     scripted = getattr(task, 'scripted', None)
@@ -314,44 +312,31 @@ def _control(args: argparse.Namespace, stop: StopRequest) -> int:
     from async_rl_ros.envs.factory import build_env
     # build_env checks the configuration against the task and returns its spec
     env, spec = build_env(env_cfg, render_mode='human' if args.render else None)  # no training
+    seed, name, fitted = env_cfg.seed, f'{args.policy} policy', None
     try:
         if args.policy == 'scripted':
             policy = scripted(env)
-        else:
+        elif args.policy == 'random':
             env.action_space.seed(env_cfg.seed)
             policy = (lambda _obs: env.action_space.sample())  # noqa: E731
-        stats = run_episodes(env, policy, args.episodes or CONTROLLER_EPISODES, env_cfg.seed,
+        else:  # a policy file, checked against the task, on the episodes that judged it
+            from async_rl_ros.core.workers.inference import FittedPolicy
+            from async_rl_ros.core.workers.inline import HELD_OUT_SEED
+            policy = fitted = FittedPolicy.load(args.policy, spec.name, spec.obs_dim,
+                                                spec.act_dim)
+            seed, name = HELD_OUT_SEED, f'policy {args.policy}'
+        stats = run_episodes(env, policy, args.episodes or CONTROLLER_EPISODES, seed,
                              progress=sys.stderr.isatty(), rank=spec.rank)
     finally:
         env.close()
-    print_table(f'{spec.name}, {args.policy} policy '
-                f'(config: {config_path or "built-in defaults"})', stats.rows())
+    rows = []
+    if fitted is not None:  # what each action took, as a control loop would see it
+        ms = fitted.latency.summary()
+        rows = [('policy latency p50 / p99 / max', ' / '.join(
+            f'{ms[k]:.3f}' for k in ('p50', 'p99', 'max')) + ' ms')]
+    print_table(f'{spec.name}, {name} (config: {config_path or "built-in defaults"})',
+                stats.rows() + rows)
     return 0
-
-
-def _play(args: argparse.Namespace, config_path: Path | None, env_cfg: EnvWorkerConfig) -> int:
-    """Run an exported policy file on the held-out episodes, checked against the task."""
-    from async_rl_ros.core.workers.inference import FittedPolicy
-    from async_rl_ros.core.workers.inline import HELD_OUT_SEED
-    from async_rl_ros.envs.factory import build_env
-    env, spec = build_env(env_cfg, render_mode='human' if args.render else None)
-    try:
-        policy = FittedPolicy.load(args.policy, spec.name, spec.obs_dim, spec.act_dim)
-        stats = run_episodes(env, policy, args.episodes or CONTROLLER_EPISODES, HELD_OUT_SEED,
-                             progress=sys.stderr.isatty(), rank=spec.rank)
-    finally:
-        env.close()
-    print_table(f'{spec.name}, policy {args.policy} '
-                f'(config: {config_path or "built-in defaults"})',
-                stats.rows() + [('policy latency', _latency(policy.summary()))])
-    return 0
-
-
-def _latency(summary: dict[str, Any]) -> str:
-    """Return a fitted policy's per-action latency as a table cell."""
-    ms = summary.get('policy_ms') or {}
-    return ' / '.join(f'{ms[k]:.3f}' for k in ('p50', 'p99', 'max') if k in ms) + \
-        ' ms (p50 / p99 / max)'
 
 
 def main(argv: Sequence[str] | None = None) -> int:
