@@ -14,16 +14,17 @@
 
 
 """
-Expected failures that reach the core from an environment; the words for a missing package.
+Expected failures that reach the core from an environment; the words for errors in one line.
 
 They are defined here, not where they are raised, so that the core reacts to them without
 importing a robot backend: :class:`~async_rl_ros.core.workers.runtime.WorkerRuntime` never
 retries a step that raised :class:`NeedsPerson`, and the trainers report it as an outcome.
+:func:`first_line` shortens an error (torch's run on for lines) to what fits in one line.
 :func:`describe_missing` turns a ``ModuleNotFoundError`` into the one line the CLI and the
 ROS nodes print: the package, the extra of ``setup.py`` that brings it, and how to install it.
 """
 
-__all__ = ['NeedsPerson', 'describe_missing', 'EXTRAS']
+__all__ = ['NeedsPerson', 'describe_missing', 'first_line', 'EXTRAS']
 
 #: import name -> (pip name, extra of setup.py that installs it)
 EXTRAS = {
@@ -66,3 +67,15 @@ def describe_missing(exc: ModuleNotFoundError) -> str | None:
 
 class NeedsPerson(RuntimeError):
     """The arm is halted and only a person may decide what happens next."""
+
+
+def first_line(exc: BaseException) -> str:
+    """Return the first sentence of an error message (torch's run on for lines), for one line."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0]
+    if first.endswith(':') and len(lines) > 1:  # 'Error(s) in loading state_dict for X:'
+        first = f'{first} {lines[1]}'
+    return first.split('. ')[0].rstrip('.')[:200]

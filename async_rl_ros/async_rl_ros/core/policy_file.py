@@ -36,6 +36,7 @@ import logging
 from pathlib import Path
 import zipfile
 
+from async_rl_ros.core.errors import first_line
 import torch
 
 __all__ = ['PolicyManifest', 'PolicyFileError', 'save_policy_file', 'read_manifest',
@@ -168,6 +169,5 @@ def load_policy_file(path: str | Path, task: str, obs_dim: int, act_dim: int
     try:
         module = torch.jit.load(str(path), map_location='cpu')
     except (RuntimeError, ValueError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PolicyFileError(f'{path}: torch cannot load it ({first})') from None
+        raise PolicyFileError(f'{path}: torch cannot load it ({first_line(exc)})') from None
     return module, manifest

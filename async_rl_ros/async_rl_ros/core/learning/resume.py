@@ -36,6 +36,7 @@ import copy
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple
 
+from async_rl_ros.core.errors import first_line
 from async_rl_ros.core.learning.checkpoint import CheckpointManager
 from async_rl_ros.core.learning.ckpt_digest import DigestError
 import torch
@@ -64,18 +65,6 @@ class Resumed(NamedTuple):
     skipped: list  # [(path, why)]: newer checkpoints that could not be used, newest first
 
 
-def _first_line(exc: BaseException) -> str:
-    """Return the first sentence of an error message (torch's run on for lines)."""
-    text = str(exc).strip()
-    if not text:
-        return type(exc).__name__
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    first = lines[0]
-    if first.endswith(':') and len(lines) > 1:  # 'Error(s) in loading state_dict for X:'
-        first = f'{first} {lines[1]}'
-    return first.split('. ')[0].rstrip('.')[:200]
-
-
 def _show(value: Any) -> str:
     """Format a config value as a user writes it: ``[32, 32]`` rather than ``[32.0, 32.0]``."""
     if isinstance(value, (list, tuple)):
@@ -100,7 +89,7 @@ def describe_unreadable(path: Path, exc: BaseException) -> str:
         return f'cannot be read ({err.strerror})'
     if size == 0:
         return 'empty file (0 bytes)'
-    first = _first_line(exc)
+    first = first_line(exc)
     if 'zip' in first.lower() or 'central directory' in first or isinstance(exc, EOFError):
         return f'truncated or corrupt file ({size} bytes; {first})'
     return f'unreadable ({type(exc).__name__}: {first})'
@@ -222,7 +211,7 @@ def restore_learner(learner: Any, state: Mapping[str, Any], path: Path | str = '
     try:
         learner.load_state_dict(state)
     except Exception as exc:  # noqa: B902 -- whatever fails, put the learner back
-        why = f'{type(exc).__name__}: {_first_line(exc)}'
+        why = f'{type(exc).__name__}: {first_line(exc)}'
         try:
             learner.load_state_dict(before)
             if replay_before is not None:
@@ -230,7 +219,7 @@ def restore_learner(learner: Any, state: Mapping[str, Any], path: Path | str = '
         except Exception as undo:  # noqa: B902
             raise CheckpointError(
                 f'{Path(path).name}: restoring it failed ({why}) and so did putting the learner '
-                f'back ({type(undo).__name__}: {_first_line(undo)}); nothing was resumed'
+                f'back ({type(undo).__name__}: {first_line(undo)}); nothing was resumed'
             ) from None
         raise RestoreFailed(f'it loads but cannot be restored into this learner ({why})'
                             ) from None
@@ -258,7 +247,7 @@ def resume_learner(learner: Any) -> Resumed:
             raise
         except Exception as exc:  # noqa: B902 -- a malformed 'config' entry: skip the file
             raise RestoreFailed(f'its saved configuration cannot be read '
-                                f'({type(exc).__name__}: {_first_line(exc)})') from None
+                                f'({type(exc).__name__}: {first_line(exc)})') from None
         restore_learner(learner, state, path)
 
     return load_newest(learner.checkpoints, check=check_finite, use=use)

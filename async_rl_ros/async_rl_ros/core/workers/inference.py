@@ -40,6 +40,7 @@ import time
 from typing import Any, Callable
 import warnings
 
+from async_rl_ros.core.errors import first_line
 from async_rl_ros.core.policy_file import load_policy_file, PolicyFileError
 from async_rl_ros.core.workers.step_budget import note, Percentiles
 import numpy as np
@@ -154,8 +155,8 @@ class FittedPolicy(TimedInference):
         try:
             return cls(module, obs_dim, threads, act_dim=act_dim)
         except (RuntimeError, ValueError) as exc:  # its layers do not take this observation
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            raise PolicyFileError(f'{path}: does not act in task {task!r}: {first}') from None
+            raise PolicyFileError(f'{path}: does not act in task {task!r}: '
+                                  f'{first_line(exc)}') from None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Return the action for one observation; timed and reported to the step budget."""
